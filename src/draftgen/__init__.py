@@ -1,0 +1,1 @@
+"""draftgen: exact-token training data for speculative-decoding drafters."""
