@@ -1,7 +1,7 @@
 """Loading the target's tokenizer and rendering prompts through its own chat template.
 
-``fixture:NAME`` names an offline test tokenizer built by ``draftgen.fixtures``; anything else is a
-local directory or hub id handed to ``transformers`` (``trust_remote_code`` included, as Kimi needs).
+``fixture:NAME`` names an offline test tokenizer built by ``draftgen.fixtures``; anything else
+is a local directory or hub id for ``transformers`` (``trust_remote_code`` on, as Kimi needs).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def render_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
-    """Ids of ``text`` the way servers tokenize a rendered template: specials as text, no BOS added."""
+    """Ids of ``text`` as servers tokenize a rendered template: specials as text, no BOS added."""
     return tokenizer.encode(text, add_special_tokens=False)
 
 

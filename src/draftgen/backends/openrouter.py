@@ -1,0 +1,273 @@
+"""OpenRouter-compatible chat completions: request bodies, responses, SSE events and errors.
+
+This is the one place that knows the wire format (REFERENCE.md §2). It turns every failure shape
+-- HTTP errors, errors inside HTTP 200 bodies, ``finish_reason: "error"``, mid-stream error events,
+empty cold-start completions -- into an ``ApiError`` that says whether to retry, slow down or stop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from draftgen.records import Completion, GenerationSettings
+
+# Fields under which servers return reasoning text: OpenRouter and new vLLM say "reasoning",
+# older vLLM/SGLang/DeepSeek "reasoning_content".
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+@dataclass
+class ApiError(Exception):
+    kind: str
+    message: str
+    retryable: bool = True
+    fatal: bool = False
+    pushback: bool = False  # the server asked us to slow down
+    retry_after: float | None = None
+    status: int | None = None
+
+    def __str__(self) -> str:
+        status = f"HTTP {self.status} " if self.status else ""
+        return f"{status}{self.kind}: {self.message}"
+
+
+def request_body(
+    settings: GenerationSettings, messages: list[dict], tools: list | None, stream: bool
+) -> dict:
+    body: dict = {"model": settings.model, "messages": messages, "stream": stream}
+    if tools:
+        body["tools"] = list(tools)
+    if settings.max_tokens is not None:
+        body["max_tokens"] = settings.max_tokens
+    return body
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None  # an HTTP date: rare from these APIs, fall back to backoff
+    return max(0.0, min(seconds, 600.0))
+
+
+def error_from_status(status: int, retry_after_header: str | None, body: bytes) -> ApiError:
+    """Classify a non-200 response."""
+    error = _error_object(body)
+    message = _short(error.get("message") or body[:200].decode("utf-8", "replace"))
+    metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+    error_type = metadata.get("error_type") or ""
+    retry_after = parse_retry_after(retry_after_header)
+    if status == 401 or error_type == "authentication":
+        return ApiError("auth", f"the API rejected the key ({message})", False, True, status=status)
+    if status == 402:
+        transient = metadata.get("reason") == "in_flight_budget_exhausted" or (
+            retry_after is not None and metadata.get("reason") != "weight_exceeds_budget"
+        )
+        if transient:
+            return ApiError("budget_in_flight", message, True, False, True, retry_after, status)
+        return ApiError(
+            "payment", f"out of credits or over budget ({message})", False, True, status=status
+        )
+    if status == 429:
+        return ApiError("rate_limited", message, True, False, True, retry_after, status)
+    if status == 503:
+        return ApiError("overloaded", message, True, False, True, retry_after, status)
+    if status == 404:
+        return ApiError(
+            "not_found", f"{message}; check --base-url and --model", False, True, status=status
+        )
+    if status in (408, 409, 425) or status >= 500:
+        return ApiError("server_error", message, True, False, False, retry_after, status)
+    # 400 (bad request, context length), 403 (moderation), 413, 422: this prompt will not work.
+    kind = "context_length_exceeded" if error_type == "context_length_exceeded" else "rejected"
+    return ApiError(kind, message, False, False, status=status)
+
+
+def parse_completion(body: bytes) -> Completion:
+    """Parse a non-streaming HTTP 200 body."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError("malformed_response", f"response body is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ApiError("malformed_response", "response body is not a JSON object")
+    if obj.get("error"):
+        raise _body_error(obj["error"])
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ApiError("malformed_response", "response has no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    completion = Completion(
+        generation_id=_str_or_none(obj.get("id")),
+        provider=_str_or_none(obj.get("provider")),
+        model=_str_or_none(obj.get("model")),
+        reasoning=_reasoning_of(message),
+        content=_str_or_none(message.get("content")),
+        tool_calls=message.get("tool_calls") or None,
+        finish_reason=_str_or_none(choice.get("finish_reason")),
+        native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
+        usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else {},
+        raw_message=message,
+    )
+    if completion.finish_reason == "error":
+        raise _body_error(
+            choice.get("error") or {"message": "finish_reason is error"}, "finish_error"
+        )
+    _reject_empty(completion)
+    return completion
+
+
+class StreamAccumulator:
+    """Folds SSE ``data:`` events into one ``Completion``."""
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.content: list[str] = []
+        self.tool_calls: list = []
+        self.finish_reason: str | None = None
+        self.native_finish_reason: str | None = None
+        self.usage: dict = {}
+        self.generation_id: str | None = None
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.done = False
+        self.reasoning_field: str | None = None
+
+    def feed_line(self, line: bytes) -> None:
+        """Consume one line of the event stream (comments and blank lines are skipped)."""
+        line = line.strip()
+        if not line or line.startswith(b":"):
+            return
+        if not line.startswith(b"data:"):
+            return  # "event:", "id:", "retry:" fields carry nothing we use
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError("malformed_response", f"stream event is not JSON ({exc})") from None
+        if not isinstance(event, dict):
+            raise ApiError("malformed_response", "stream event is not a JSON object")
+        self.feed(event)
+
+    def feed(self, event: dict) -> None:
+        if event.get("error"):
+            raise _body_error(event["error"], "midstream_error")
+        self.generation_id = self.generation_id or _str_or_none(event.get("id"))
+        self.provider = self.provider or _str_or_none(event.get("provider"))
+        self.model = self.model or _str_or_none(event.get("model"))
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            for name in REASONING_FIELDS:
+                piece = delta.get(name)
+                if isinstance(piece, str):
+                    # Some servers repeat the delta under both names: take the first only.
+                    self.reasoning.append(piece)
+                    self.reasoning_field = self.reasoning_field or name
+                    break
+            piece = delta.get("content")
+            if isinstance(piece, str):
+                self.content.append(piece)
+            if delta.get("tool_calls"):
+                self.tool_calls.extend(delta["tool_calls"])
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+                if choice["finish_reason"] == "error":
+                    raise _body_error(choice.get("error") or {}, "midstream_error")
+            if choice.get("native_finish_reason"):
+                self.native_finish_reason = choice["native_finish_reason"]
+
+    def finish(self) -> Completion:
+        if not self.done and self.finish_reason is None:
+            raise ApiError("connection_dropped", "the stream ended before its last event")
+        message: dict = {"role": "assistant", "content": "".join(self.content)}
+        if self.reasoning_field:
+            message[self.reasoning_field] = "".join(self.reasoning)
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        completion = Completion(
+            generation_id=self.generation_id,
+            provider=self.provider,
+            model=self.model,
+            reasoning="".join(self.reasoning) if self.reasoning_field else None,
+            content="".join(self.content) if self.content else None,
+            tool_calls=self.tool_calls or None,
+            finish_reason=self.finish_reason,
+            native_finish_reason=self.native_finish_reason,
+            usage=self.usage,
+            raw_message=message,
+        )
+        _reject_empty(completion)
+        return completion
+
+
+def _reject_empty(completion: Completion) -> None:
+    # Cold starts answer 200 with nothing in it; they are not billed, so ask again.
+    if completion.finish_reason is None and not (
+        completion.content or completion.reasoning or completion.tool_calls
+    ):
+        raise ApiError("empty_completion", "the provider returned an empty completion")
+    if completion.finish_reason is None:
+        raise ApiError("malformed_response", "the completion has no finish_reason")
+
+
+def _body_error(error: object, kind: str = "error_in_body") -> ApiError:
+    error = error if isinstance(error, dict) else {"message": str(error)}
+    code = error.get("code")
+    metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+    message = _short(str(error.get("message") or "no message"))
+    if code == 401 or metadata.get("error_type") == "authentication":
+        return ApiError("auth", f"the API rejected the key ({message})", False, True, status=401)
+    if code == 402 and metadata.get("reason") != "in_flight_budget_exhausted":
+        return ApiError("payment", f"out of credits ({message})", False, True, status=402)
+    pushback = code in (402, 429, 503)
+    return ApiError(kind, message, True, False, pushback)
+
+
+def _error_object(body: bytes) -> dict:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(error, dict):
+        return error
+    if isinstance(error, str):
+        return {"message": error}
+    return {}
+
+
+def _reasoning_of(message: dict) -> str | None:
+    for name in REASONING_FIELDS:
+        if isinstance(message.get(name), str):
+            return message[name]
+    details = message.get("reasoning_details")
+    if isinstance(details, list):
+        texts = [
+            d.get("text")
+            for d in details
+            if isinstance(d, dict) and d.get("type") == "reasoning.text"
+        ]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "".join(texts)
+    return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,300 @@
+"""The ``draftgen`` command: parses flags, calls the library, prints errors as one sentence."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from draftgen import __version__
+
+EXIT_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="draftgen",
+        description="Regenerate prompt datasets with a target model and export exact token ids.",
+    )
+    parser.add_argument("--version", action="version", version=f"draftgen {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="generate, store, reconstruct and verify (resumable)")
+    run.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="JSONL prompts (OpenAI 'messages' or ShareGPT 'conversations'); repeatable",
+    )
+    run.add_argument("--model", required=True, help="model id sent to the API")
+    run.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="DIR_OR_ID",
+        help="the target's tokenizer: local directory, hub id, or fixture:NAME",
+    )
+    run.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible API root, e.g. https://openrouter.ai/api/v1 "
+        "(default: the built-in simulator on loopback, synthetic data)",
+    )
+    run.add_argument(
+        "--api-key-env",
+        default="OPENROUTER_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the API key (default OPENROUTER_API_KEY)",
+    )
+    run.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directory; the same command resumes into it",
+    )
+    run.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="requests in flight (default 64)",
+    )
+    run.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stream responses (default) or not",
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="max_tokens per request (reasoning + answer)",
+    )
+    run.add_argument(
+        "--profile", metavar="NAME", help="force a model profile instead of detecting it"
+    )
+    run.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="give up on a response that sends nothing for this long (default 300)",
+    )
+    run.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="attempts per request before it is recorded as failed (default 8)",
+    )
+    run.add_argument(
+        "--retry-base-delay",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first backoff delay; doubles per attempt, with jitter (default 0.5)",
+    )
+    run.add_argument(
+        "--allow-insecure-http", action="store_true", help="allow plain http to a non-loopback host"
+    )
+
+    export = commands.add_parser("export", help="write training files from a run")
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    export.add_argument("--format", default="specforge", help="specforge (default)")
+    export.add_argument("--out", required=True, type=Path, metavar="FILE")
+    export.add_argument(
+        "--include-unverified",
+        action="store_true",
+        help="also write unverified and truncated samples (verified: false)",
+    )
+
+    status = commands.add_parser("status", help="counts by outcome and reason")
+    status.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    status.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+    simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
+    simulate.add_argument("--tokenizer", required=True, metavar="DIR_OR_ID")
+    simulate.add_argument("--profile", metavar="NAME")
+    simulate.add_argument("--host", default="127.0.0.1")
+    simulate.add_argument("--port", type=int, default=8000)
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME=RATE",
+        help="inject a fault at a rate, e.g. rate_limit=0.1; repeatable",
+    )
+    simulate.add_argument(
+        "--quirk",
+        action="append",
+        default=[],
+        metavar="NAME=RATE",
+        help="apply a provider quirk at a rate, e.g. drift=0.05; repeatable",
+    )
+    simulate.add_argument("--retry-after", type=float, default=0.0, metavar="SECONDS")
+    simulate.add_argument("--min-tokens", type=int, default=20)
+    simulate.add_argument("--max-tokens", type=int, default=200)
+    simulate.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
+    simulate.add_argument("--chunk-delay", type=float, default=0.0, metavar="SECONDS")
+    simulate.add_argument(
+        "--truth",
+        type=Path,
+        metavar="FILE",
+        help="append the ground truth of every served completion here (JSONL)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("draftgen: interrupted; everything stored so far is kept", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
+        print(f"draftgen: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _is_user_error(exc: Exception) -> bool:
+    from draftgen.export import ExportError
+    from draftgen.pipeline import RunError
+    from draftgen.profiles import UnknownProfileError
+    from draftgen.store import StoreError
+    from draftgen.tokenizer import TokenizerLoadError
+
+    return isinstance(
+        exc, (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError)
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from draftgen.pipeline import RunOptions, run
+
+    options = RunOptions(
+        inputs=args.input,
+        model=args.model,
+        tokenizer=args.tokenizer,
+        out=args.out,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        stream=args.stream,
+        max_tokens=args.max_tokens,
+        profile=args.profile,
+        idle_timeout=args.idle_timeout,
+        max_attempts=args.max_attempts,
+        retry_base_delay=args.retry_base_delay,
+        allow_insecure_http=args.allow_insecure_http,
+    )
+    if args.base_url is None:
+        print(
+            "draftgen: no --base-url given, so the built-in simulator answers: the data is "
+            "synthetic",
+            file=sys.stderr,
+        )
+    summary = asyncio.run(run(options))
+    print(format_status(summary.counts, args.out))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from draftgen.export import export
+    from draftgen.pipeline import open_existing
+
+    store = open_existing(args.run_dir)
+    try:
+        written = export(store, args.format, args.out, args.include_unverified)
+    finally:
+        store.close()
+    print(f"wrote {written} rows to {args.out}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import orjson
+
+    from draftgen.pipeline import open_existing
+
+    store = open_existing(args.run_dir)
+    try:
+        counts = store.counts()
+    finally:
+        store.close()
+    if args.json:
+        print(orjson.dumps(counts, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(format_status(counts, args.run_dir))
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from draftgen.simulator import SimConfig, serve_forever
+
+    config = SimConfig(
+        tokenizer=args.tokenizer,
+        profile=args.profile,
+        seed=args.seed,
+        faults=_rates(args.fault, "--fault"),
+        quirks=_rates(args.quirk, "--quirk"),
+        retry_after=args.retry_after,
+        min_tokens=args.min_tokens,
+        max_tokens=args.max_tokens,
+        latency=args.latency,
+        chunk_delay=args.chunk_delay,
+        truth_path=args.truth,
+    )
+    serve_forever(config, host=args.host, port=args.port)
+    return 0
+
+
+def format_status(counts: dict, run_dir: Path) -> str:
+    lines = [
+        f"run {run_dir}",
+        f"  completions stored  {counts['completions']}  (cost ${counts['cost']:.4f}, "
+        f"tokens {counts['prompt_tokens']} prompt + {counts['completion_tokens']} completion, "
+        f"{counts['retried_attempts']} retried attempts)",
+        f"  samples             {counts['samples']}  verified {counts['verified']}, "
+        f"truncated {counts['truncated']}, not yet reconstructed {counts['unreconstructed']}",
+    ]
+    for title, table in (
+        ("verification", counts["reasons"]),
+        ("finish reasons", counts["finish_reasons"]),
+        ("final failures", counts["failures"]),
+    ):
+        lines.append(f"  {title}:" + ("" if table else " none"))
+        lines.extend(f"    {name:<28} {count}" for name, count in table.items())
+    return "\n".join(lines)
+
+
+def _rates(pairs: list[str], flag: str) -> dict[str, float]:
+    rates = {}
+    for pair in pairs:
+        name, _, rate = pair.partition("=")
+        try:
+            rates[name] = float(rate)
+        except ValueError:
+            raise SystemExit(
+                f"draftgen: {flag} {pair!r} is not NAME=RATE, e.g. drift=0.05"
+            ) from None
+    return rates
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulate": cmd_simulate}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Generate: an asyncio client on aiohttp that holds many requests in flight and retries safely.
+
+Retry policy lives here and only here: exponential backoff with full jitter, ``Retry-After``
+honoured, and an adaptive limit that halves the requests in flight when the server pushes back
+(429, 503, transient 402) and grows back by one per success. It knows HTTP, not tokenizers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from draftgen.backends.openrouter import (
+    ApiError,
+    StreamAccumulator,
+    error_from_status,
+    parse_completion,
+)
+from draftgen.records import Completion
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 8
+    base_delay: float = 0.5
+    max_delay: float = 60.0
+
+    def backoff(self, attempt: int) -> float:
+        """Full jitter: uniform in [0, base * 2**(attempt-1)], capped."""
+        return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+
+
+@dataclass
+class AttemptError:
+    kind: str
+    message: str
+    status: int | None
+    at: float
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "message": self.message, "status": self.status, "at": self.at}
+
+
+class GenerationFailed(Exception):
+    """Every attempt for one request failed, or it failed in a way that will not get better."""
+
+    def __init__(self, reason: str, errors: list[AttemptError]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.errors = errors
+
+
+class FatalApiError(Exception):
+    """The run cannot continue (bad key, out of credits, wrong model): stop, keep what is stored."""
+
+
+@dataclass
+class ClientStats:
+    errors: collections.Counter = field(default_factory=collections.Counter)
+    requests: int = 0
+
+
+class AdaptiveLimiter:
+    """A semaphore whose size shrinks on pushback and recovers on success."""
+
+    def __init__(self, limit: int) -> None:
+        self.max = limit
+        self.limit = float(limit)
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self._last_cut = 0.0
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+
+    async def acquire(self) -> None:
+        while True:
+            delay = self.paused_until - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            if self.in_flight < int(self.limit):
+                self.in_flight += 1
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def on_success(self) -> None:
+        if self.limit < self.max:
+            self.limit = min(self.max, self.limit + 1)
+            self._wake()
+
+    def on_pushback(self, retry_after: float | None) -> None:
+        now = time.monotonic()
+        # Many requests in flight see the same storm; cut once per second, not once per reply.
+        if now - self._last_cut > 1.0:
+            self.limit = max(1.0, self.limit / 2)
+            self._last_cut = now
+        if retry_after:
+            self.paused_until = max(self.paused_until, now + retry_after)
+
+    def _wake(self) -> None:
+        free = int(self.limit) - self.in_flight
+        while free > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
+
+class ChatClient:
+    """POSTs chat completion bodies to one OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        concurrency: int,
+        retry: RetryPolicy | None = None,
+        idle_timeout: float = 300.0,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self._api_key = api_key
+        self.retry = retry or RetryPolicy()
+        self.limiter = AdaptiveLimiter(concurrency)
+        self.stats = ClientStats()
+        self._idle_timeout = idle_timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ChatClient:
+        headers = {"Content-Type": "application/json", "User-Agent": "draftgen/0.1"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=30, sock_read=self._idle_timeout
+            ),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def complete(self, body: bytes, stream: bool) -> tuple[Completion, list[AttemptError]]:
+        """One completion for ``body``, retried as policy allows; errors of failed attempts too."""
+        errors: list[AttemptError] = []
+        for attempt in range(1, self.retry.max_attempts + 1):
+            await self.limiter.acquire()
+            try:
+                completion = await self._attempt(body, stream)
+            except ApiError as exc:
+                error = exc
+            else:
+                self.limiter.on_success()
+                return completion, errors
+            finally:
+                self.limiter.release()
+            self.stats.errors[error.kind] += 1
+            errors.append(
+                AttemptError(error.kind, self._redact(error.message), error.status, time.time())
+            )
+            if error.fatal:
+                raise FatalApiError(self._redact(str(error)))
+            if not error.retryable:
+                raise GenerationFailed(error.kind, errors)
+            if error.pushback:
+                self.limiter.on_pushback(error.retry_after)
+            if attempt < self.retry.max_attempts:
+                wait = error.retry_after if error.retry_after is not None else None
+                await asyncio.sleep(wait if wait is not None else self.retry.backoff(attempt))
+        raise GenerationFailed(f"gave_up_after_{self.retry.max_attempts}_attempts", errors)
+
+    async def _attempt(self, body: bytes, stream: bool) -> Completion:
+        assert self._session is not None, "use ChatClient as an async context manager"
+        self.stats.requests += 1
+        try:
+            async with self._session.post(self.url, data=body) as response:
+                if response.status != 200:
+                    payload = await response.read()
+                    raise error_from_status(
+                        response.status, response.headers.get("Retry-After"), payload
+                    )
+                if not stream:
+                    return parse_completion(await response.read())
+                accumulator = StreamAccumulator()
+                async for line in response.content:
+                    accumulator.feed_line(line)
+                    if accumulator.done:
+                        break
+                return accumulator.finish()
+        except ApiError:
+            raise
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise ApiError("timeout", "no data from the server within the idle timeout") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise ApiError("connect_failed", f"cannot connect ({exc.os_error})") from None
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            raise ApiError("connection_dropped", f"connection dropped mid-body ({exc})") from None
+        except aiohttp.ClientError as exc:
+            raise ApiError("connection_dropped", f"{exc.__class__.__name__}: {exc}") from None
+
+    def _redact(self, text: str) -> str:
+        if self._api_key and self._api_key in text:
+            return text.replace(self._api_key, "***")
+        return text

@@ -1,0 +1,340 @@
+"""The run: ingest -> plan -> generate -> store, then reconstruct -> verify, resumable at any point.
+
+A resume plans everything again from the inputs, finds each turn's key in the store and requests
+only what is missing, so nothing stored is bought twice. Conversations are worked as chains (turn
+k+1 needs turn k's regenerated answer); identical turns in flight at once are requested once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import orjson
+
+from draftgen import __version__
+from draftgen.backends.openrouter import request_body
+from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy
+from draftgen.ingest import Conversation, Rejection, read_conversations
+from draftgen.plan import TurnPlan, build_messages, plan_turns
+from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.progress import ProgressDisplay, RunProgress
+from draftgen.reconstruct import COMPLETE_FINISH_REASONS, reconstruct_sample
+from draftgen.records import GenerationSettings
+from draftgen.store import CompletionWriter, RunLock, Store, StoreError
+from draftgen.tokenizer import full_vocab, load_tokenizer
+
+REJECTED_NAME = "rejected.jsonl"
+
+
+class RunError(RuntimeError):
+    """A run that cannot start or must stop; the message says what to do."""
+
+
+@dataclass
+class RunOptions:
+    inputs: list[str]
+    model: str
+    tokenizer: str
+    out: Path
+    base_url: str | None = None  # None: the built-in simulator
+    api_key_env: str = "OPENROUTER_API_KEY"
+    concurrency: int = 64
+    stream: bool = True
+    max_tokens: int | None = None
+    profile: str | None = None
+    idle_timeout: float = 300.0
+    max_attempts: int = 8
+    retry_base_delay: float = 0.5
+    allow_insecure_http: bool = False
+    progress_interval: float = 10.0
+
+
+@dataclass
+class RunSummary:
+    progress: RunProgress
+    counts: dict = field(default_factory=dict)
+
+
+def resolve_profile(tokenizer, name: str | None) -> ModelProfile:
+    return get_profile(name) if name else detect_profile(full_vocab(tokenizer))
+
+
+def check_base_url(url: str, allow_insecure_http: bool) -> None:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise RunError(
+            f"--base-url {url!r} is not an http(s) URL like https://openrouter.ai/api/v1"
+        )
+    if parsed.scheme == "http" and not allow_insecure_http and not _is_loopback(parsed.hostname):
+        raise RunError(
+            f"--base-url {url} sends the API key unencrypted to a non-loopback host; use https, "
+            "or pass --allow-insecure-http if this network is trusted"
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def count_rows(paths: list[str]) -> int:
+    total = 0
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                total += block.count(b"\n")
+    return total
+
+
+async def run(options: RunOptions) -> RunSummary:
+    for path in options.inputs:
+        if not os.path.isfile(path):
+            raise RunError(f"--input {path} does not exist or is not a file")
+    tokenizer = load_tokenizer(options.tokenizer)
+    profile = resolve_profile(tokenizer, options.profile)
+    store = Store(options.out)
+    lock = RunLock(options.out)
+    lock.acquire()
+    try:
+        settings = GenerationSettings(model=options.model, max_tokens=options.max_tokens)
+        store.check_settings(settings.as_dict())
+        simulator = None
+        base_url, api_key = options.base_url, os.environ.get(options.api_key_env)
+        if base_url is None:
+            simulator = await _start_embedded_simulator(options)
+            base_url, api_key = simulator.base_url, "simulator"
+        else:
+            check_base_url(base_url, options.allow_insecure_http)
+            if not api_key:
+                raise RunError(
+                    f"environment variable {options.api_key_env} is not set; export your API key "
+                    "in it or name another one with --api-key-env"
+                )
+        try:
+            progress = await _generate(options, store, settings, base_url, api_key)
+        finally:
+            if simulator is not None:
+                await simulator.close()
+        await asyncio.to_thread(reconstruct_all, store, options.tokenizer, profile)
+        return RunSummary(progress=progress, counts=store.counts())
+    finally:
+        lock.release()
+        store.close()
+
+
+async def _start_embedded_simulator(options: RunOptions):
+    from draftgen.simulator import SimConfig, start_simulator
+
+    config = SimConfig(
+        tokenizer=options.tokenizer,
+        profile=options.profile,
+        faults={"rate_limit": 0.02, "server_error": 0.02, "drop": 0.01, "empty": 0.02},
+        quirks={"drift": 0.03, "leak_eot": 0.05, "no_split": 0.05, "strip_whitespace": 0.02},
+    )
+    return await start_simulator(config)
+
+
+async def _generate(
+    options: RunOptions, store: Store, settings: GenerationSettings, base_url: str, api_key: str
+) -> RunProgress:
+    progress = RunProgress(total_rows=count_rows(options.inputs))
+    stored = store.answers()
+    inflight: dict[str, asyncio.Future] = {}
+    writer = CompletionWriter(store.path)
+    queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
+    retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
+    client = ChatClient(
+        base_url,
+        api_key,
+        concurrency=options.concurrency,
+        retry=retry,
+        idle_timeout=options.idle_timeout,
+    )
+    progress.errors = client.stats.errors
+    rejected = open(options.out / REJECTED_NAME, "wb")
+
+    async def generate_turn(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
+        messages = build_messages(plan, answers)
+        body = orjson.dumps(request_body(settings, messages, plan.tools, options.stream))
+        request = orjson.dumps({"messages": messages, "tools": plan.tools})
+        started = time.monotonic()
+        try:
+            completion, errors = await client.complete(body, options.stream)
+        except GenerationFailed as exc:
+            attempts = len(exc.errors)
+            await writer.add_failure(
+                plan.key,
+                plan.source_id,
+                plan.turn,
+                exc.reason,
+                attempts,
+                [e.as_dict() for e in exc.errors],
+            )
+            progress.turns_failed += 1
+            raise
+        await writer.add_completion(
+            plan.key,
+            plan.source_id,
+            plan.turn,
+            request,
+            completion,
+            len(errors) + 1,
+            [e.as_dict() for e in errors],
+            time.monotonic() - started,
+        )
+        progress.record_completion(
+            completion.prompt_tokens, completion.completion_tokens, completion.cost
+        )
+        return completion.content or "", completion.finish_reason
+
+    async def answer(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
+        if plan.key in stored:
+            progress.turns_reused += 1
+            return stored[plan.key]
+        if plan.key in inflight:
+            return await asyncio.shield(inflight[plan.key])
+        future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        inflight[plan.key] = future
+        try:
+            result = await generate_turn(plan, answers)
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
+            raise
+        finally:
+            inflight.pop(plan.key, None)
+        stored[plan.key] = result
+        future.set_result(result)
+        return result
+
+    async def work_chain(plans: list[TurnPlan]) -> None:
+        answers: list[str] = []
+        for index, plan in enumerate(plans):
+            try:
+                content, finish = await answer(plan, answers)
+            except GenerationFailed:
+                await _fail_rest(plans[index + 1 :], "earlier_turn_failed")
+                return
+            if finish not in COMPLETE_FINISH_REASONS and index + 1 < len(plans):
+                await _fail_rest(plans[index + 1 :], "earlier_turn_incomplete")
+                return
+            answers.append(content)
+
+    async def _fail_rest(plans: list[TurnPlan], reason: str) -> None:
+        for plan in plans:
+            if plan.key not in stored:
+                await writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
+                progress.turns_failed += 1
+
+    async def worker() -> None:
+        while True:
+            plans = await queue.get()
+            if plans is None:
+                return
+            await work_chain(plans)
+            progress.rows_done += 1
+            display.refresh()
+
+    async def produce() -> None:
+        seen_ids: dict[str, tuple[str, str, int]] = {}
+        for item in read_conversations(options.inputs):
+            if isinstance(item, Rejection):
+                _reject(item)
+                continue
+            plans = plan_turns(item)
+            problem = _duplicate_id(item, plans, seen_ids) or (
+                None
+                if plans
+                else "row has no user or tool turn left to answer after its last assistant message"
+            )
+            if problem:
+                _reject(Rejection(item.input, item.line, problem))
+                continue
+            await queue.put(plans)
+            display.refresh()
+        for _ in range(options.concurrency):
+            await queue.put(None)
+
+    def _reject(rejection: Rejection) -> None:
+        rejected.write(rejection.as_json() + b"\n")
+        progress.rejected += 1
+        progress.rows_done += 1
+
+    display = ProgressDisplay(progress, interval=options.progress_interval)
+    try:
+        async with client:
+            with display:
+                tasks = [asyncio.create_task(worker()) for _ in range(options.concurrency)]
+                producer = asyncio.create_task(produce())
+                try:
+                    await asyncio.gather(producer, *tasks)
+                except FatalApiError as exc:
+                    raise RunError(
+                        f"stopped: {exc}; everything generated so far is stored in {options.out} "
+                        "and the same command resumes"
+                    ) from None
+                finally:
+                    for task in (producer, *tasks):
+                        task.cancel()
+                    await asyncio.gather(producer, *tasks, return_exceptions=True)
+    finally:
+        rejected.close()
+        await asyncio.to_thread(writer.close)
+    return progress
+
+
+def _duplicate_id(
+    conversation: Conversation, plans: list[TurnPlan], seen: dict[str, tuple[str, str, int]]
+) -> str | None:
+    fingerprint = plans[-1].key if plans else ""
+    previous = seen.get(conversation.source_id)
+    if previous is None:
+        seen[conversation.source_id] = (fingerprint, conversation.input, conversation.line)
+        return None
+    if previous[0] == fingerprint:
+        return None  # an exact duplicate: its turns are shared through their keys
+    return (
+        f"id {conversation.source_id!r} is already used by line {previous[2]} of {previous[1]} "
+        "for a different conversation; give each row a unique id"
+    )
+
+
+def reconstruct_all(
+    store: Store, tokenizer_spec: str, profile: ModelProfile, batch: int = 256
+) -> int:
+    """Build and verify a sample for each completion without one (all, if the tokenizer changed)."""
+    fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
+    if store.meta("reconstruction") != fingerprint:
+        store.clear_samples()
+        store.set_meta("reconstruction", fingerprint)
+    tokenizer = load_tokenizer(tokenizer_spec)
+    pending = []
+    made = 0
+    for stored in list(store.completions(without_sample=True)):
+        pending.append(reconstruct_sample(stored, tokenizer, profile))
+        if len(pending) >= batch:
+            store.add_samples(pending)
+            made += len(pending)
+            pending = []
+    if pending:
+        store.add_samples(pending)
+        made += len(pending)
+    return made
+
+
+def open_existing(run_dir: Path) -> Store:
+    try:
+        return Store(run_dir, create=False)
+    except StoreError as exc:
+        raise RunError(str(exc)) from None

@@ -1,0 +1,84 @@
+"""Plain values passed between stages: generation settings, completions, token samples."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Everything that changes what the model is asked; a resume must not mix two of these."""
+
+    model: str
+    max_tokens: int | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Completion:
+    """One successful answer as the API returned it (text, not ids)."""
+
+    generation_id: str | None
+    provider: str | None
+    model: str | None
+    reasoning: str | None
+    content: str | None
+    tool_calls: list | None
+    finish_reason: str | None
+    native_finish_reason: str | None
+    usage: dict = field(default_factory=dict)
+    raw_message: dict = field(default_factory=dict)
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return _int_or_none(self.usage.get("prompt_tokens"))
+
+    @property
+    def completion_tokens(self) -> int | None:
+        return _int_or_none(self.usage.get("completion_tokens"))
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        details = self.usage.get("completion_tokens_details") or {}
+        return _int_or_none(details.get("reasoning_tokens"))
+
+    @property
+    def cost(self) -> float:
+        value = self.usage.get("cost")
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+@dataclass
+class StoredCompletion:
+    """A completion as read back from the store, with the exact request that produced it."""
+
+    key: str
+    source_id: str
+    turn: int
+    messages: list[dict]
+    tools: list[dict] | None
+    completion: Completion
+
+
+@dataclass
+class TokenSample:
+    """Reconstructed ids for one generated turn and the verdict of the checks."""
+
+    key: str
+    input_ids: list[int]
+    prompt_len: int
+    verified: bool
+    reason: str
+    detail: str = ""
+    truncated: bool = False
+    id_source: str = "text"
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return [0] * self.prompt_len + [1] * (len(self.input_ids) - self.prompt_len)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,423 @@
+"""Store: one SQLite database per run directory, the single source of truth of a run.
+
+Completions are committed the moment they arrive (WAL, ``synchronous=FULL``) by one writer thread
+that groups whatever is queued into one transaction, so thousands of requests in flight cost one
+fsync per batch and the event loop never waits on disk. A ``kill -9`` loses nothing committed.
+The store knows rows, not providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import fcntl
+import os
+import queue
+import sqlite3
+import threading
+import time
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from draftgen.records import Completion, StoredCompletion, TokenSample
+
+DB_NAME = "draftgen.sqlite"
+LOCK_NAME = "draftgen.lock"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    request BLOB NOT NULL,
+    generation_id TEXT,
+    provider TEXT,
+    model TEXT,
+    reasoning TEXT,
+    content TEXT,
+    tool_calls TEXT,
+    finish_reason TEXT,
+    native_finish_reason TEXT,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    reasoning_tokens INTEGER,
+    cost REAL NOT NULL DEFAULT 0,
+    usage TEXT,
+    raw_message TEXT,
+    attempts INTEGER NOT NULL,
+    errors TEXT,
+    latency REAL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS failures (
+    key TEXT PRIMARY KEY,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    errors TEXT,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    key TEXT PRIMARY KEY,
+    input_ids BLOB NOT NULL,
+    prompt_len INTEGER NOT NULL,
+    verified INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    truncated INTEGER NOT NULL,
+    id_source TEXT NOT NULL
+);
+"""
+
+INSERT_COMPLETION = """
+INSERT OR IGNORE INTO completions (key, source_id, turn, request, generation_id, provider, model,
+    reasoning, content, tool_calls, finish_reason, native_finish_reason, prompt_tokens,
+    completion_tokens, reasoning_tokens, cost, usage, raw_message, attempts, errors, latency,
+    created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_FAILURE = """
+INSERT OR REPLACE INTO failures (key, source_id, turn, reason, attempts, errors, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_SAMPLE = """
+INSERT OR REPLACE INTO samples (key, input_ids, prompt_len, verified, reason, detail, truncated,
+    id_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+class StoreError(RuntimeError):
+    """The run directory cannot be used as asked; the message says what to do."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    return connection
+
+
+class Store:
+    """Reads and synchronous writes; ``CompletionWriter`` does the writes of a live run."""
+
+    def __init__(self, run_dir: Path, *, create: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / DB_NAME
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.run_dir} holds no draftgen run ({DB_NAME} is missing)")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.db = connect(self.path)
+            self.db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the store in {self.run_dir}: {exc}") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- settings -------------------------------------------------------------------------------
+
+    def check_settings(self, settings: dict) -> None:
+        """Record the generation settings, or refuse if the store was made with others."""
+        row = self.db.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
+        if row is None:
+            self.db.execute(
+                "INSERT INTO meta (name, value) VALUES ('settings', ?)",
+                (orjson.dumps(settings, option=orjson.OPT_SORT_KEYS).decode(),),
+            )
+            return
+        stored = orjson.loads(row[0])
+        changed = [
+            f"{name}={stored.get(name)!r} (now {settings.get(name)!r})"
+            for name in sorted(set(stored) | set(settings))
+            if stored.get(name) != settings.get(name)
+        ]
+        if changed:
+            raise StoreError(
+                f"{self.run_dir} was generated with other settings: {', '.join(changed)}; "
+                "rerun with the stored settings to resume, or choose a new --out directory"
+            )
+
+    def meta(self, name: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
+
+    # -- completions ----------------------------------------------------------------------------
+
+    def answers(self) -> dict[str, tuple[str, str | None]]:
+        """key -> (content, finish_reason) of every stored completion, for planning a resume."""
+        return {
+            key: (content or "", finish)
+            for key, content, finish in self.db.execute(
+                "SELECT key, content, finish_reason FROM completions"
+            )
+        }
+
+    def completions(self, without_sample: bool = False) -> Iterator[StoredCompletion]:
+        sql = "SELECT * FROM completions"
+        if without_sample:
+            sql += " WHERE key NOT IN (SELECT key FROM samples)"
+        cursor = self.db.execute(sql + " ORDER BY source_id, turn")
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            yield _stored_completion(dict(zip(names, values, strict=True)))
+
+    def clear_samples(self) -> None:
+        self.db.execute("DELETE FROM samples")
+
+    def add_samples(self, samples: list[TokenSample]) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(INSERT_SAMPLE, [sample_row(s) for s in samples])
+        self.db.execute("COMMIT")
+
+    def export_rows(self, include_unverified: bool) -> Iterator[dict]:
+        sql = """
+            SELECT c.key, c.source_id, c.turn, c.finish_reason, c.provider, c.generation_id,
+                   s.input_ids, s.prompt_len, s.verified, s.reason, s.truncated, s.id_source
+            FROM samples s JOIN completions c ON c.key = s.key
+        """
+        if not include_unverified:
+            sql += " WHERE s.verified = 1 AND s.truncated = 0"
+        for row in self.db.execute(sql + " ORDER BY c.source_id, c.turn"):
+            (
+                key,
+                source_id,
+                turn,
+                finish,
+                provider,
+                generation_id,
+                blob,
+                prompt_len,
+                verified,
+                reason,
+                truncated,
+                id_source,
+            ) = row
+            ids = array("i")
+            ids.frombytes(blob)
+            yield {
+                "key": key,
+                "source_id": source_id,
+                "turn": turn,
+                "input_ids": ids.tolist(),
+                "prompt_len": prompt_len,
+                "verified": bool(verified) and not truncated,
+                "verify_reason": reason,
+                "finish_reason": finish,
+                "provider": provider,
+                "generation_id": generation_id,
+                "id_source": id_source,
+            }
+
+    def counts(self) -> dict:
+        """Everything ``draftgen status`` prints."""
+        one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
+        completions, cost, prompt_tokens, completion_tokens = one(
+            "SELECT count(*), coalesce(sum(cost), 0), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0) FROM completions"
+        )
+        return {
+            "completions": completions,
+            "cost": cost,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "retried_attempts": one("SELECT coalesce(sum(attempts - 1), 0) FROM completions")[0],
+            "failures": dict(
+                self.db.execute(
+                    "SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"
+                )
+            ),
+            "finish_reasons": dict(
+                self.db.execute(
+                    "SELECT coalesce(finish_reason, 'none'), count(*) FROM completions"
+                    " GROUP BY 1 ORDER BY 2 DESC"
+                )
+            ),
+            "samples": one("SELECT count(*) FROM samples")[0],
+            "verified": one("SELECT count(*) FROM samples WHERE verified = 1 AND truncated = 0")[0],
+            "truncated": one("SELECT count(*) FROM samples WHERE truncated = 1")[0],
+            "reasons": dict(
+                self.db.execute(
+                    "SELECT reason, count(*) FROM samples GROUP BY reason ORDER BY 2 DESC"
+                )
+            ),
+            "unreconstructed": one(
+                "SELECT count(*) FROM completions WHERE key NOT IN (SELECT key FROM samples)"
+            )[0],
+        }
+
+
+class RunLock:
+    """An exclusive lock on a run directory, naming the process that holds it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_NAME
+        self._handle = None
+
+    def acquire(self) -> None:
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise StoreError(
+                f"{self.path.parent} is in use by draftgen {holder}; wait for it to finish or "
+                "stop it before running again on this directory"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class CompletionWriter:
+    """A thread committing completions and failures in groups; awaiting a write means durable."""
+
+    def __init__(self, path: Path) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._db = connect(path)
+        self._thread = threading.Thread(target=self._run, name="draftgen-store", daemon=True)
+        self._thread.start()
+
+    async def add_completion(
+        self,
+        key: str,
+        source_id: str,
+        turn: int,
+        request: bytes,
+        completion: Completion,
+        attempts: int,
+        errors: list[dict],
+        latency: float,
+    ) -> None:
+        row = (
+            key,
+            source_id,
+            turn,
+            request,
+            completion.generation_id,
+            completion.provider,
+            completion.model,
+            completion.reasoning,
+            completion.content,
+            _json_or_none(completion.tool_calls),
+            completion.finish_reason,
+            completion.native_finish_reason,
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            completion.reasoning_tokens,
+            completion.cost,
+            _json_or_none(completion.usage),
+            _json_or_none(completion.raw_message),
+            attempts,
+            _json_or_none(errors),
+            latency,
+            time.time(),
+        )
+        await self._submit(
+            [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
+        )
+
+    async def add_failure(
+        self, key: str, source_id: str, turn: int, reason: str, attempts: int, errors: list[dict]
+    ) -> None:
+        row = (key, source_id, turn, reason, attempts, _json_or_none(errors), time.time())
+        await self._submit([(INSERT_FAILURE, row)])
+
+    async def _submit(self, statements: list) -> None:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((statements, future))
+        await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._db.close()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < 1000:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for statements, _ in batch:
+                    for sql, params in statements:
+                        self._db.execute(sql, params)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                error = StoreError(f"cannot write to the store: {exc}")
+                for _, future in batch:
+                    future.set_exception(error)
+                continue
+            for _, future in batch:
+                future.set_result(None)
+
+
+def sample_row(sample: TokenSample) -> tuple:
+    return (
+        sample.key,
+        array("i", sample.input_ids).tobytes(),
+        sample.prompt_len,
+        int(sample.verified),
+        sample.reason,
+        sample.detail,
+        int(sample.truncated),
+        sample.id_source,
+    )
+
+
+def _stored_completion(row: dict) -> StoredCompletion:
+    request = orjson.loads(row["request"])
+    completion = Completion(
+        generation_id=row["generation_id"],
+        provider=row["provider"],
+        model=row["model"],
+        reasoning=row["reasoning"],
+        content=row["content"],
+        tool_calls=orjson.loads(row["tool_calls"]) if row["tool_calls"] else None,
+        finish_reason=row["finish_reason"],
+        native_finish_reason=row["native_finish_reason"],
+        usage=orjson.loads(row["usage"]) if row["usage"] else {},
+        raw_message=orjson.loads(row["raw_message"]) if row["raw_message"] else {},
+    )
+    return StoredCompletion(
+        key=row["key"],
+        source_id=row["source_id"],
+        turn=row["turn"],
+        messages=request["messages"],
+        tools=request.get("tools"),
+        completion=completion,
+    )
+
+
+def _json_or_none(value: object) -> str | None:
+    return orjson.dumps(value).decode() if value else None
