@@ -108,7 +108,7 @@ def parse_completion(body: bytes) -> Completion:
         model=_str_or_none(obj.get("model")),
         reasoning=_reasoning_of(message),
         content=_str_or_none(message.get("content")),
-        tool_calls=message.get("tool_calls") or None,
+        tool_calls=message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else None,
         finish_reason=_str_or_none(choice.get("finish_reason")),
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
         usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else {},
@@ -165,7 +165,8 @@ class StreamAccumulator:
         self.model = self.model or _str_or_none(event.get("model"))
         if isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
-        for choice in event.get("choices") or ():
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
@@ -179,14 +180,16 @@ class StreamAccumulator:
             piece = delta.get("content")
             if isinstance(piece, str):
                 self.content.append(piece)
-            if delta.get("tool_calls"):
+            if isinstance(delta.get("tool_calls"), list):
                 self.tool_calls.extend(delta["tool_calls"])
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-                if choice["finish_reason"] == "error":
+            finish = _str_or_none(choice.get("finish_reason"))
+            if finish:
+                self.finish_reason = finish
+                if finish == "error":
                     raise _body_error(choice.get("error") or {}, "midstream_error")
-            if choice.get("native_finish_reason"):
-                self.native_finish_reason = choice["native_finish_reason"]
+            native = _str_or_none(choice.get("native_finish_reason"))
+            if native:
+                self.native_finish_reason = native
 
     def finish(self) -> Completion:
         if not self.done and self.finish_reason is None:
