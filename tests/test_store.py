@@ -1,0 +1,82 @@
+"""The store: settings guard, the run lock, grouped durable writes, samples round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+from draftgen.records import Completion, TokenSample
+from draftgen.store import CompletionWriter, RunLock, Store, StoreError
+
+
+def test_settings_mismatch_refuses_with_both_values(tmp_path):
+    store = Store(tmp_path / "run")
+    store.check_settings({"model": "a", "max_tokens": 100})
+    store.check_settings({"model": "a", "max_tokens": 100})
+    with pytest.raises(StoreError) as info:
+        store.check_settings({"model": "a", "max_tokens": 200})
+    assert "max_tokens=100 (now 200)" in str(info.value)
+    assert "choose a new --out directory" in str(info.value)
+
+
+def test_run_directory_is_private(tmp_path):
+    Store(tmp_path / "run")
+    assert oct((tmp_path / "run").stat().st_mode & 0o777) == "0o700"
+
+
+def test_second_process_cannot_take_the_lock(tmp_path):
+    Store(tmp_path)
+    lock = RunLock(tmp_path)
+    lock.acquire()
+    code = (
+        "import sys; from draftgen.store import RunLock, StoreError\n"
+        f"try:\n    RunLock({str(tmp_path)!r}).acquire()\nexcept StoreError as e:\n"
+        "    print(e); sys.exit(3)\n"
+    )
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert other.returncode == 3
+    assert f"in use by draftgen pid {os.getpid()}" in other.stdout
+    lock.release()
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_writer_commits_groups_and_failures_clear_on_success(tmp_path):
+    store = Store(tmp_path)
+    writer = CompletionWriter(store.path)
+    completion = Completion("gen-1", "Chutes", "m", "r", "a", None, "stop", "stop",
+                            {"prompt_tokens": 3, "completion_tokens": 4, "cost": 0.5})
+
+    async def main():
+        await writer.add_failure("k0", "s", 0, "gave_up", 8, [{"kind": "server_error"}])
+        await asyncio.gather(*[
+            writer.add_completion(f"k{i}", "s", i, b'{"messages": [], "tools": null}', completion,
+                                  1, [], 0.1)
+            for i in range(50)
+        ])
+
+    asyncio.run(main())
+    writer.close()
+    counts = Store(tmp_path).counts()
+    assert counts["completions"] == 50 and counts["failures"] == {}
+    assert counts["cost"] == pytest.approx(25.0)
+    stored = next(Store(tmp_path).completions())
+    assert stored.completion.usage["completion_tokens"] == 4 and stored.messages == []
+
+
+def test_samples_round_trip_and_export_filter(tmp_path):
+    store = Store(tmp_path)
+    writer = CompletionWriter(store.path)
+    completion = Completion("g", "p", "m", "", "a", None, "stop", "stop", {})
+    for key in ("a", "b"):
+        asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
+    writer.close()
+    store.add_samples([
+        TokenSample("a", [5, 6, 163586], 1, True, "ok"),
+        TokenSample("b", [5, 7], 1, False, "completion_count_mismatch"),
+    ])
+    assert [r["input_ids"] for r in store.export_rows(False)] == [[5, 6, 163586]]
+    assert [r["verified"] for r in store.export_rows(True)] == [True, False]
