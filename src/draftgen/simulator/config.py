@@ -1,0 +1,96 @@
+"""The simulator's settings and the names of every fault and quirk it can inject.
+
+Faults are decided once per request and make it fail (never billed); quirks are decided per
+completion and change what the model produced or how the provider delivered it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Request-level failures, each with the wire shape documented in REFERENCE.md §2.
+FAULTS: tuple[str, ...] = (
+    "rate_limit",  # 429 + Retry-After, error_type rate_limit_exceeded
+    "rate_limit_no_header",  # 429 without Retry-After
+    "overloaded",  # 503 + Retry-After, error_type provider_overloaded
+    "bad_gateway",  # 502, error_type provider_unavailable
+    "server_error",  # 500, error_type server_error
+    "budget_in_flight",  # 402 + Retry-After, metadata.reason in_flight_budget_exhausted
+    "payment",  # 402 without Retry-After, error_type payment_required (fatal)
+    "auth",  # 401, error_type authentication (fatal)
+    "error_200",  # HTTP 200 whose body is an error object
+    "finish_error",  # HTTP 200, finish_reason "error", choices[0].error, partial content
+    "empty",  # HTTP 200, no content, no finish_reason, completion_tokens 0
+    "drop",  # headers and part of the body, then the connection is closed
+    "midstream_error",  # stream: error event after some chunks (non-stream: finish_error)
+    "stall",  # headers (and a keep-alive comment), then silence for stall_seconds
+    "malformed_json",  # invalid JSON body / invalid data: line
+)
+
+# Faults that only count once more than ``fatal_after`` requests have arrived.
+FATAL_FAULTS: frozenset[str] = frozenset({"auth", "payment"})
+
+# Per-completion alterations. Ground truth always keeps the ids the model really produced.
+QUIRKS: tuple[str, ...] = (
+    "drift",  # one token replaced by two ids with the same bytes (non-canonical segmentation)
+    "strip_whitespace",  # provider strips leading/trailing whitespace from content
+    "leak_eot",  # provider leaves the end-of-turn text at the end of content
+    "no_split",  # provider does not split: everything in content, reasoning null/absent
+    "empty_reasoning",  # model closes the think block at once
+    "tool_call_text",  # raw tool-call markup inside content, tool_calls null
+    "reasoning_content_field",  # reasoning delivered as "reasoning_content"
+)
+
+# Quirks after which the generated ids cannot be rebuilt exactly from the delivered text.
+INEXACT_QUIRKS: frozenset[str] = frozenset({"drift", "strip_whitespace", "reasoning_excluded"})
+
+
+@dataclass
+class SimConfig:
+    tokenizer: str  # spec for draftgen.tokenizer.load_tokenizer
+    profile: str | None = None  # None: detect_profile(tokenizer.get_vocab())
+    seed: int = 0
+    faults: dict[str, float] = field(default_factory=dict)  # fault name -> probability/request
+    quirks: dict[str, float] = field(default_factory=dict)  # quirk name -> probability/completion
+    retry_after: float = 0.0  # seconds sent in Retry-After
+    min_tokens: int = 20  # length range of a generated completion, in tokens (roughly)
+    max_tokens: int = 200
+    chunk_tokens: int = 1  # tokens per SSE chunk when streaming
+    latency: float = 0.0  # seconds before responding
+    chunk_delay: float = 0.0  # seconds between SSE chunks
+    truth_path: Path | None = None  # append one JSON line per served completion
+    fatal_after: int | None = None  # "auth"/"payment" only after this many requests
+    stall_seconds: float = 30.0  # how long a "stall" fault stays silent
+    model: str = "moonshotai/kimi-k2.5"  # listed by GET /models besides any model requested
+    prompt_price: float = 0.0000006  # dollars (credits) per prompt token
+    completion_price: float = 0.0000025  # dollars (credits) per completion token
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first setting that cannot work."""
+        for kind, rates, known in (("fault", self.faults, FAULTS), ("quirk", self.quirks, QUIRKS)):
+            for name, rate in rates.items():
+                if name not in known:
+                    raise ValueError(
+                        f"unknown simulator {kind} {name!r}: use one of {', '.join(known)}"
+                    )
+                if not 0.0 <= float(rate) <= 1.0:
+                    raise ValueError(f"{kind} {name!r} probability {rate} is not within 0..1")
+        if self.min_tokens < 1 or self.max_tokens < self.min_tokens:
+            raise ValueError(
+                f"token range {self.min_tokens}..{self.max_tokens} is empty: need "
+                "1 <= min_tokens <= max_tokens"
+            )
+        if self.chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be at least 1")
+        if self.retry_after < 0 or self.latency < 0 or self.chunk_delay < 0:
+            raise ValueError("retry_after, latency and chunk_delay must not be negative")
+        if self.truth_path is not None:
+            self.truth_path = Path(self.truth_path)
+
+
+def format_retry_after(seconds: float) -> str:
+    """``Retry-After`` as delta-seconds: "0", "2", or a plain decimal such as "0.25"."""
+    if float(seconds).is_integer():
+        return str(int(seconds))
+    return f"{seconds:.6f}".rstrip("0").rstrip(".")

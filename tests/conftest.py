@@ -1,0 +1,106 @@
+"""Shared test tools: a simulator in a subprocess, the draftgen command, prompt files."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SECRET = "sk-test-draftgen-0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SimProcess:
+    """``draftgen simulate`` in its own process, so a client can be killed while it keeps serving."""
+
+    def __init__(self, tmp: Path, tokenizer: str, faults=(), quirks=(), extra=()) -> None:
+        self.port = free_port()
+        self.truth_path = tmp / f"truth-{self.port}.jsonl"
+        self.log = open(tmp / f"sim-{self.port}.log", "w")
+        args = [sys.executable, "-m", "draftgen.cli", "simulate", "--tokenizer", tokenizer,
+                "--port", str(self.port), "--truth", str(self.truth_path), *extra]
+        for name, rate in faults:
+            args += ["--fault", f"{name}={rate}"]
+        for name, rate in quirks:
+            args += ["--quirk", f"{name}={rate}"]
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.base_url = f"http://127.0.0.1:{self.port}/api/v1"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"simulator exited: {(tmp / f'sim-{self.port}.log').read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("simulator did not start")
+
+    def truth(self) -> list[dict]:
+        if not self.truth_path.exists():
+            return []
+        return [json.loads(line) for line in self.truth_path.read_text().splitlines() if line]
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+
+
+def draftgen(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "draftgen.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def run_args(sim: SimProcess, inputs: list[Path], out: Path, tokenizer: str, *extra: str) -> list[str]:
+    args = ["run", "--model", "test/model", "--tokenizer", tokenizer, "--base-url", sim.base_url,
+            "--api-key-env", "DRAFTGEN_TEST_KEY", "--out", str(out), "--retry-base-delay", "0.01",
+            "--idle-timeout", "10", "--max-attempts", "12"]
+    for path in inputs:
+        args += ["--input", str(path)]
+    return args + list(extra)
+
+
+def write_prompts(path: Path, count: int, *, invalid: bool = True, seed: int = 0) -> Path:
+    """Varied rows: single and multi-turn, ShareGPT, system prompts, duplicates, special text."""
+    lines = []
+    for i in range(count):
+        n = (i * 7 + seed) % 5
+        if n == 0:
+            row = {"id": f"r{i}", "messages": [{"role": "user", "content": f"Question {i}: explain item {i}."}]}
+        elif n == 1:
+            row = {"id": f"r{i}", "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": f"First {i}"}, {"role": "assistant", "content": "old"},
+                {"role": "user", "content": f"Second {i} — café 日本 🎉"}]}
+        elif n == 2:
+            row = {"conversations": [{"from": "human", "value": f"ShareGPT prompt {i}"},
+                                     {"from": "gpt", "value": "old answer"}]}
+        elif n == 3:
+            row = {"id": f"r{i}", "messages": [{"role": "user", "content": f"Literal <|im_end|> and </think> in data {i}"}]}
+        else:
+            row = {"id": f"r{i}", "messages": [{"role": "user", "content": "Explain binary search."}]}  # duplicates
+        lines.append(json.dumps(row, ensure_ascii=False))
+    if invalid:
+        lines.insert(1, "{broken json")
+        lines.insert(3, json.dumps({"messages": [{"role": "wizard", "content": "x"}]}))
+        lines.insert(5, json.dumps({"messages": [{"role": "user", "content": 5}]}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def secret() -> str:
+    return SECRET
