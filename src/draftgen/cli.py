@@ -141,6 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
     simulate.add_argument("--chunk-delay", type=float, default=0.0, metavar="SECONDS")
     simulate.add_argument(
+        "--fatal-after",
+        type=int,
+        metavar="N",
+        help="the auth and payment faults start only after N requests",
+    )
+    simulate.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long the stall fault sends nothing (default 30)",
+    )
+    simulate.add_argument(
         "--truth",
         type=Path,
         metavar="FILE",
@@ -250,6 +263,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         latency=args.latency,
         chunk_delay=args.chunk_delay,
         truth_path=args.truth,
+        fatal_after=args.fatal_after,
+        stall_seconds=args.stall_seconds,
     )
     serve_forever(config, host=args.host, port=args.port)
     return 0

