@@ -25,6 +25,10 @@ QUIRKS = [("drift", 0.08), ("strip_whitespace", 0.05), ("leak_eot", 0.1), ("no_s
           ("empty_reasoning", 0.08), ("tool_call_text", 0.08), ("reasoning_content_field", 0.1)]
 
 
+# The simulator's provider that strips whitespace whenever the strip_whitespace quirk is on.
+STRIPPING_PROVIDER = "Chutes"
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
@@ -46,6 +50,11 @@ def check_against_truth(out, sim, export_path):
         assert row["loss_mask"] == [0] * len(record["prompt_ids"]) + [1] * len(record["completion_ids"]) or not row["verified"]
         truncated = record["finish_reason"] == "length"
         if record["text_exact"] and not truncated:
+            if row["verify_reason"] == "provider_strips_whitespace":
+                # Unprovable, not wrong: this provider strips, and a strip here is invisible.
+                assert record["provider"] == STRIPPING_PROVIDER
+                flagged += 1
+                continue
             assert row["verified"], (row["verify_reason"], record["quirks"])
             assert row["input_ids"] == truth_ids, record["quirks"]
             exact += 1

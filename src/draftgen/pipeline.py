@@ -24,10 +24,11 @@ from draftgen.ingest import Conversation, Rejection, read_conversations
 from draftgen.plan import TurnPlan, build_messages, plan_turns
 from draftgen.profiles import ModelProfile, detect_profile, get_profile
 from draftgen.progress import ProgressDisplay, RunProgress
-from draftgen.reconstruct import COMPLETE_FINISH_REASONS, reconstruct_sample
+from draftgen.reconstruct import COMPLETE_FINISH_REASONS, reconstruct_sample, strip_is_invisible
 from draftgen.records import GenerationSettings
 from draftgen.store import CompletionWriter, RunLock, Store, StoreError
 from draftgen.tokenizer import full_vocab, load_tokenizer
+from draftgen.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
 
 REJECTED_NAME = "rejected.jsonl"
 
@@ -330,7 +331,30 @@ def reconstruct_all(
     if pending:
         store.add_samples(pending)
         made += len(pending)
+    flag_invisible_strips(store, tokenizer, profile)
     return made
+
+
+def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int:
+    """Unverify samples of providers seen stripping whitespace where a strip would not show.
+
+    A provider is suspected when a count mismatch of its is explained by restored edge
+    whitespace and it never returned content with edge whitespace. (A mismatch alone is weak
+    evidence: a non-canonical segmentation can look the same.) Stripping is code, so it is a
+    property of the provider, not of one response.
+    """
+    strippers = store.providers_with_reason(WHITESPACE_ALTERED)
+    strippers -= store.providers_keeping_edge_whitespace()
+    flags = []
+    for key, content in store.verified_contents(strippers):
+        while content.endswith(profile.end_of_turn):
+            content = content[: -len(profile.end_of_turn)]
+        if strip_is_invisible(content, tokenizer):
+            detail = "this provider strips whitespace and a strip here leaves the count unchanged"
+            flags.append((key, PROVIDER_STRIPS_WHITESPACE, detail))
+    if flags:
+        store.flag_samples(flags)
+    return len(flags)
 
 
 def open_existing(run_dir: Path) -> Store:

@@ -9,7 +9,7 @@ every reading is encoded and the provider's ``completion_tokens`` picks the one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
@@ -18,6 +18,8 @@ from draftgen.records import Completion, StoredCompletion, TokenSample
 from draftgen.verify import verify_sample
 
 COMPLETE_FINISH_REASONS = ("stop", "tool_calls")
+# Whitespace a provider may strip from the edges of content (Kimi/DeepSeek parsers, ``str.strip``).
+EDGE_WHITESPACE = ("", " ", "\n", "\n\n")
 
 
 @dataclass
@@ -86,6 +88,9 @@ def reconstruct_sample(
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
+    repair = None
+    if expected is not None and len(completion_ids) != expected:
+        repair = whitespace_repair(completion, prompt_text, profile, tokenizer)
     verdict = verify_sample(
         stored=stored,
         profile=profile,
@@ -94,6 +99,7 @@ def reconstruct_sample(
         completion_text=reading.texts[chosen],
         decoded_text=tok.decode(tokenizer, completion_ids),
         notes=reading.notes,
+        whitespace_repair=repair,
     )
     return TokenSample(
         key=stored.key,
@@ -104,4 +110,36 @@ def reconstruct_sample(
         detail=verdict.detail,
         truncated=not reading.complete,
         id_source="text",
+    )
+
+
+def whitespace_repair(
+    completion: Completion, prompt_text: str, profile: ModelProfile, tokenizer: Any
+) -> str | None:
+    """If whitespace restored at the content's edges makes the count match, say which."""
+    expected = completion.completion_tokens
+    for lead in EDGE_WHITESPACE:
+        for trail in EDGE_WHITESPACE:
+            if not (lead or trail):
+                continue
+            repaired = replace(completion, content=lead + (completion.content or "") + trail)
+            reading = read_completion(repaired, prompt_text, profile)
+            if any(len(tok.encode(tokenizer, text)) == expected for text in reading.texts):
+                return f"the count matches with {lead!r} before and {trail!r} after the content"
+    return None
+
+
+def strip_is_invisible(content: str, tokenizer: Any) -> bool:
+    """Whether whitespace stripped from this content's edges would leave the token count as is.
+
+    Such a strip cannot be seen in the counts, so content from a provider known to strip is
+    unprovable whenever this holds (a leading space merges into the first word's token).
+    """
+    if not content:
+        return False
+    count = len(tok.encode(tokenizer, content))
+    return any(
+        len(tok.encode(tokenizer, edge + content)) == count
+        or len(tok.encode(tokenizer, content + edge)) == count
+        for edge in EDGE_WHITESPACE[1:]
     )

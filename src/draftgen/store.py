@@ -178,6 +178,44 @@ class Store:
         self.db.executemany(INSERT_SAMPLE, [sample_row(s) for s in samples])
         self.db.execute("COMMIT")
 
+    def providers_with_reason(self, reason: str) -> set[str]:
+        return {
+            provider or ""
+            for (provider,) in self.db.execute(
+                "SELECT DISTINCT c.provider FROM samples s JOIN completions c ON c.key = s.key"
+                " WHERE s.reason = ?",
+                (reason,),
+            )
+        }
+
+    def providers_keeping_edge_whitespace(self) -> set[str]:
+        """Providers that returned some content with whitespace at its edges: they do not strip."""
+        return {
+            provider or ""
+            for (provider,) in self.db.execute(
+                "SELECT DISTINCT provider FROM completions WHERE content <>"
+                " trim(content, ' ' || char(9) || char(10) || char(13))"
+            )
+        }
+
+    def verified_contents(self, providers: set[str]) -> Iterator[tuple[str, str]]:
+        """(key, content) of every verified sample served by one of ``providers``."""
+        for provider in sorted(providers):
+            yield from self.db.execute(
+                "SELECT c.key, coalesce(c.content, '') FROM samples s JOIN completions c"
+                " ON c.key = s.key WHERE s.verified = 1 AND coalesce(c.provider, '') = ?",
+                (provider,),
+            ).fetchall()
+
+    def flag_samples(self, flags: list[tuple[str, str, str]]) -> None:
+        """Mark samples unverified: (key, reason, detail)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(
+            "UPDATE samples SET verified = 0, reason = ?, detail = ? WHERE key = ?",
+            [(reason, detail, key) for key, reason, detail in flags],
+        )
+        self.db.execute("COMMIT")
+
     def export_rows(self, include_unverified: bool) -> Iterator[dict]:
         sql = """
             SELECT c.key, c.source_id, c.turn, c.finish_reason, c.provider, c.generation_id,

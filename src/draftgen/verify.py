@@ -21,6 +21,10 @@ COMPLETION_COUNT_MISMATCH = "completion_count_mismatch"
 DECODE_MISMATCH = "decode_mismatch"
 REASONING_IN_NON_THINKING = "reasoning_in_non_thinking_prompt"
 CONTENT_FILTER = "content_filter"
+WHITESPACE_ALTERED = "whitespace_altered"
+# Set after all samples are read: this provider strips whitespace somewhere, and a strip here
+# would not change the count, so the sample cannot be proven from text.
+PROVIDER_STRIPS_WHITESPACE = "provider_strips_whitespace"
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ def verify_sample(
     completion_text: str,
     decoded_text: str,
     notes: list[str],
+    whitespace_repair: str | None = None,
 ) -> Verdict:
     completion = stored.completion
     details = list(notes)
@@ -59,12 +64,11 @@ def verify_sample(
                 (PROMPT_COUNT_MISMATCH, f"prompt {len(prompt_ids)} ids, provider {prompt_tokens}")
             )
         if len(completion_ids) != completion_tokens:
-            failures.append(
-                (
-                    COMPLETION_COUNT_MISMATCH,
-                    f"completion {len(completion_ids)} ids, provider {completion_tokens}",
-                )
-            )
+            counts = f"completion {len(completion_ids)} ids, provider {completion_tokens}"
+            if whitespace_repair:
+                failures.append((WHITESPACE_ALTERED, f"{counts}; {whitespace_repair}"))
+            else:
+                failures.append((COMPLETION_COUNT_MISMATCH, counts))
     if decoded_text != completion_text:
         failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
     if "reasoning_in_non_thinking_prompt" in notes:

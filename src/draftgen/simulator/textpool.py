@@ -15,7 +15,7 @@ FRAGMENTS: tuple[str, ...] = (
     "However, that assumption does not hold when the input is empty!",
     "Is it really that simple? Probably not...",
     "In summary: yes, no, maybe -- it depends (on context).",
-    "She said, \"don't panic,\" and left.",
+    'She said, "don\'t panic," and left.',
     "It's a well-known result; see e.g. [1], [2] & [3].",
     "Wait, let me double-check the edge case.",
     "So the answer should be 42.",
@@ -48,7 +48,7 @@ FRAGMENTS: tuple[str, ...] = (
     "**bold**, _italic_, `code`, and ~~strike~~.",
     "C:\\Users\\name\\file.txt and /usr/local/bin",
     "https://example.com/path?query=1&other=two#frag",
-    "{\"key\": [1, 2.5, null, true], \"nested\": {\"x\": \"y\"}}",
+    '{"key": [1, 2.5, null, true], "nested": {"x": "y"}}',
 )
 
 SEPARATORS: tuple[str, ...] = (" ", " ", " ", "\n", "\n\n", "  ", "")
@@ -65,8 +65,13 @@ def compose(rng: random.Random, target_tokens: int, token_count) -> str:
     total = 0
     while total < target_tokens:
         fragment = rng.choice(FRAGMENTS)
+        count = token_count(fragment)
+        if not parts and count > 2 * target_tokens:
+            # A short answer: the first few words of one fragment.
+            fragment = " ".join(fragment.split(" ")[: max(1, target_tokens // 2)])
+            count = token_count(fragment)
         if parts:
             parts.append(rng.choice(SEPARATORS))
         parts.append(fragment)
-        total += token_count(fragment)
+        total += count
     return "".join(parts).strip()

@@ -1,0 +1,307 @@
+"""The simulated model: deterministic completions as real token ids, plus their exact texts.
+
+A completion is a list of sections (think_start, reasoning, think_end, content, eot) of ids laid
+out the way the target family writes them after its generation prompt; texts are decoded from
+the ids' bytes incrementally, so a multi-byte character is never split between stream deltas.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from draftgen.profiles import ModelProfile
+from draftgen.simulator.textpool import compose
+from draftgen.tokenizer import decode, encode
+
+# Where the generation prompt leaves the model (decided from the rendered prompt's end).
+FORCED = "forced"  # prompt ends with think_start: the model writes reasoning, then think_end
+DISABLED = "disabled"  # prompt ends with think_end (+ whitespace): thinking is off
+OPEN = "open"  # the model writes think_start itself
+
+# Tool-call markup each family writes as plain text when the request carried no ``tools``.
+TOOL_CALL_TEXT: dict[str, str] = {
+    "kimi-k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+        "<|tool_calls_section_end|>"
+    ),
+    "deepseek-v3": (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    ),
+    "qwen3": '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+}
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode, the alphabet of byte-level BPE vocabularies."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    codes = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            codes.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(printable, codes, strict=True)}
+
+
+class TokenTable:
+    """Per-tokenizer facts the simulator needs fast: each id's bytes, and bytes -> id."""
+
+    def __init__(self, tokenizer: Any, profile: ModelProfile) -> None:
+        self.tokenizer = tokenizer
+        self.profile = profile
+        vocab: dict[str, int] = tokenizer.get_vocab()
+        special_ids = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+        byte_decoder = _byte_decoder()
+        size = max(vocab.values()) + 1
+        self.token_bytes: list[bytes] = [b""] * size
+        self.special: list[bool] = [False] * size
+        self.ordinary_by_bytes: dict[bytes, int] = {}
+        for token, index in vocab.items():
+            if index in special_ids:
+                self.token_bytes[index] = token.encode("utf-8")
+                self.special[index] = True
+                continue
+            try:
+                raw = bytes(byte_decoder[ch] for ch in token)
+            except KeyError:  # not a byte-level vocabulary entry
+                raw = decode(tokenizer, [index]).encode("utf-8")
+            self.token_bytes[index] = raw
+            self.ordinary_by_bytes.setdefault(raw, index)
+        self.think_start = self._single_id(profile.think_start)
+        self.think_end = self._single_id(profile.think_end)
+        self.end_of_turn = self._single_id(profile.end_of_turn)
+        probe = "Tést 中文 👩‍💻  x\n\tend"
+        if b"".join(self.token_bytes[i] for i in encode(tokenizer, probe)) != probe.encode():
+            raise ValueError(
+                "the simulator needs a byte-level BPE tokenizer (GPT-2 style vocabulary): "
+                "token bytes do not reassemble the encoded text"
+            )
+        self._fragment_tokens: dict[str, int] = {}
+
+    def _single_id(self, text: str) -> int:
+        ids = encode(self.tokenizer, text)
+        if len(ids) != 1:
+            raise ValueError(
+                f"profile {self.profile.name!r} needs {text!r} as one token, the tokenizer "
+                f"encodes it as {ids}"
+            )
+        return ids[0]
+
+    def fragment_tokens(self, fragment: str) -> int:
+        count = self._fragment_tokens.get(fragment)
+        if count is None:
+            count = len(encode(self.tokenizer, fragment))
+            self._fragment_tokens[fragment] = count
+        return count
+
+    def split_pair(self, token_id: int, rng: random.Random) -> tuple[int, int] | None:
+        """Two ordinary ids whose bytes concatenate to ``token_id``'s bytes, if any exist."""
+        if self.special[token_id]:
+            return None
+        raw = self.token_bytes[token_id]
+        cuts = list(range(1, len(raw)))
+        rng.shuffle(cuts)
+        for cut in cuts:
+            left = self.ordinary_by_bytes.get(raw[:cut])
+            right = self.ordinary_by_bytes.get(raw[cut:])
+            if left is not None and right is not None:
+                return left, right
+        return None
+
+    def texts(self, ids: list[int]) -> list[str]:
+        """One text per id, holding back incomplete UTF-8 until the character completes.
+
+        The texts concatenate to the decoded ids; an incomplete character left at the end (a cut
+        at max_tokens) decodes to U+FFFD, as a byte-level decoder does.
+        """
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        pieces = [decoder.decode(self.token_bytes[i]) for i in ids]
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            pieces[-1] += tail
+        return pieces
+
+
+@functools.lru_cache(maxsize=8)
+def token_table(tokenizer_spec: str, profile: ModelProfile) -> TokenTable:
+    from draftgen.tokenizer import load_tokenizer
+
+    return TokenTable(load_tokenizer(tokenizer_spec), profile)
+
+
+def prompt_layout(prompt_text: str, profile: ModelProfile) -> str:
+    if prompt_text.endswith(profile.think_start):
+        return FORCED
+    if prompt_text.rstrip().endswith(profile.think_end):
+        return DISABLED
+    return OPEN
+
+
+@dataclass
+class Section:
+    kind: str  # "think_start" | "reasoning" | "think_end" | "content" | "eot"
+    ids: list[int]
+    pieces: list[str] = field(default_factory=list)  # one text per id
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+@dataclass
+class ModelOutput:
+    """What the model generated: ground truth, before any provider touched it."""
+
+    sections: list[Section]
+    finish_reason: str  # "stop" or "length"
+    quirks: list[str]  # model-side quirks that shaped these ids (drift, empty_reasoning, ...)
+    layout: str
+
+    @property
+    def ids(self) -> list[int]:
+        return [i for s in self.sections for i in s.ids]
+
+    def section(self, kind: str) -> Section | None:
+        for s in self.sections:
+            if s.kind == kind:
+                return s
+        return None
+
+    @property
+    def reasoning(self) -> str | None:
+        """Text between the think tags; None when the layout has no reasoning at all."""
+        if self.layout == DISABLED:
+            return None
+        s = self.section("reasoning")
+        return s.text if s else ""
+
+    @property
+    def content(self) -> str:
+        s = self.section("content")
+        return s.text if s else ""
+
+    @property
+    def reasoning_token_count(self) -> int:
+        s = self.section("reasoning")
+        return len(s.ids) if s else 0
+
+
+@dataclass
+class Plan:
+    """The random choices behind one completion, drawn before any id is produced."""
+
+    total_tokens: int
+    reasoning_share: float
+    drift: bool = False
+    empty_reasoning: bool = False
+    tool_call_text: bool = False
+    pad_content: bool = False  # whitespace around the answer, so strip_whitespace really alters it
+
+
+def generate(
+    table: TokenTable,
+    layout: str,
+    plan: Plan,
+    rng: random.Random,
+    max_tokens: int | None,
+) -> ModelOutput:
+    profile = table.profile
+    tokenizer = table.tokenizer
+    qwen_style = profile.name == "qwen3"
+    quirks: list[str] = []
+
+    has_reasoning = layout != DISABLED
+    reasoning_target = 0
+    if has_reasoning and not plan.empty_reasoning:
+        reasoning_target = max(1, round(plan.total_tokens * plan.reasoning_share))
+    content_target = max(1, plan.total_tokens - reasoning_target - 3)
+
+    # Both texts are drawn before any quirk-dependent choice, so the same seed gives the same
+    # words whichever quirks are switched on.
+    reasoning = compose(rng, reasoning_target, table.fragment_tokens) if reasoning_target else ""
+    answer = compose(rng, content_target, table.fragment_tokens)
+    if plan.tool_call_text and profile.name in TOOL_CALL_TEXT and profile.tool_call_tokens:
+        answer = answer + TOOL_CALL_TEXT[profile.name]
+        quirks.append("tool_call_text")
+    if plan.pad_content:
+        answer = rng.choice(("\n", " ", "\n\n")) + answer + "\n"
+    if qwen_style and layout == OPEN:
+        answer = "\n\n" + answer  # Qwen3 writes "<think>\nR\n</think>\n\nA"
+
+    sections: list[Section] = []
+    if has_reasoning:
+        if layout == OPEN:
+            sections.append(Section("think_start", [table.think_start]))
+        if plan.empty_reasoning:
+            quirks.append("empty_reasoning")
+        else:
+            if qwen_style:
+                reasoning = "\n" + reasoning + "\n"
+            sections.append(Section("reasoning", encode(tokenizer, reasoning)))
+        sections.append(Section("think_end", [table.think_end]))
+    sections.append(Section("content", encode(tokenizer, answer)))
+    sections.append(Section("eot", [table.end_of_turn]))
+
+    drifted_at: int | None = None
+    if plan.drift:
+        drifted_at = _apply_drift(table, sections, rng)
+
+    total = sum(len(s.ids) for s in sections)
+    finish_reason = "stop"
+    if max_tokens is not None and max_tokens < total:
+        finish_reason = "length"
+        sections = _truncate(sections, max_tokens)
+    if drifted_at is not None and drifted_at < sum(len(s.ids) for s in sections):
+        quirks.insert(0, "drift")
+
+    for s in sections:
+        s.pieces = table.texts(s.ids)
+    return ModelOutput(sections, finish_reason, quirks, layout)
+
+
+def _apply_drift(table: TokenTable, sections: list[Section], rng: random.Random) -> int | None:
+    """Resegment one token as two (same bytes); return the flat index of the first half."""
+    candidates: list[tuple[int, int, int]] = []  # (section index, position, flat index)
+    flat = 0
+    for si, s in enumerate(sections):
+        if s.kind in ("reasoning", "content"):
+            for pos, token_id in enumerate(s.ids):
+                if not table.special[token_id] and len(table.token_bytes[token_id]) >= 2:
+                    candidates.append((si, pos, flat + pos))
+        flat += len(s.ids)
+    rng.shuffle(candidates)
+    for si, pos, flat_index in candidates[:64]:
+        pair = table.split_pair(sections[si].ids[pos], rng)
+        if pair is not None:
+            sections[si].ids[pos : pos + 1] = list(pair)
+            return flat_index
+    return None
+
+
+def _truncate(sections: list[Section], limit: int) -> list[Section]:
+    kept: list[Section] = []
+    left = limit
+    for s in sections:
+        if left <= 0:
+            break
+        kept.append(Section(s.kind, s.ids[:left]))
+        left -= len(s.ids)
+    return kept
+
+
+def is_canonical(table: TokenTable, output: ModelOutput) -> bool:
+    """Does re-encoding the generated text give back exactly these ids?"""
+    ids = output.ids
+    text = "".join(s.text for s in output.sections)
+    return encode(table.tokenizer, text) == ids

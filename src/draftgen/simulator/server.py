@@ -1,0 +1,827 @@
+"""An OpenRouter-compatible HTTP server that answers with simulated completions and faults.
+
+Every served completion keeps its ground truth (the exact ids the "model" generated) in memory and,
+optionally, in a JSON-lines file flushed per record, so tests can check a client's reconstruction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import hashlib
+import random
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.simulator import wire
+from draftgen.simulator.config import FATAL_FAULTS, INEXACT_QUIRKS, SimConfig, format_retry_after
+from draftgen.simulator.model import (
+    DISABLED,
+    ModelOutput,
+    Plan,
+    TokenTable,
+    generate,
+    is_canonical,
+    prompt_layout,
+    token_table,
+)
+from draftgen.tokenizer import encode, load_tokenizer, render_prompt
+
+API_PREFIX = "/api/v1"
+PROMPT_CACHE_SIZE = 2048
+# Template variables that switch thinking off (Kimi/DeepSeek: thinking, Qwen3: enable_thinking).
+THINKING_OFF = {"thinking": False, "enable_thinking": False}
+
+
+@dataclass
+class RenderedPrompt:
+    text: str
+    ids: list[int]
+    sha256: str
+    layout: str
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    prompt: RenderedPrompt
+    stream: bool
+    max_tokens: int | None
+    exclude_reasoning: bool
+    provider_prefs: dict
+    attempt: int
+    number: int  # 1-based count of valid chat requests, for fatal_after
+    quirks: set[str] = field(default_factory=set)  # drawn for this attempt
+    provider: str = ""
+
+
+@dataclass
+class Served:
+    """One response in preparation: its ids, head fields and (for successes) ground truth."""
+
+    generation_id: str
+    head: dict
+    output: ModelOutput | None = None
+    delivery: wire.Delivery | None = None
+    usage: dict | None = None
+
+
+@functools.lru_cache(maxsize=8)
+def _profile(tokenizer_spec: str, name: str | None) -> ModelProfile:
+    if name:
+        return get_profile(name)
+    return detect_profile(load_tokenizer(tokenizer_spec).get_vocab())
+
+
+def _rng(*parts: object) -> random.Random:
+    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
+
+
+class Simulator:
+    """The state behind one server: tokenizer tables, counters, ground truth."""
+
+    def __init__(self, config: SimConfig) -> None:
+        config.validate()
+        self.config = config
+        self.tokenizer = load_tokenizer(config.tokenizer)
+        self.profile: ModelProfile = _profile(config.tokenizer, config.profile)
+        self.table: TokenTable = token_table(config.tokenizer, self.profile)
+        self.truth: dict[str, dict] = {}
+        self.stats: collections.Counter = collections.Counter()
+        self.attempts: collections.Counter = collections.Counter()
+        self.models_seen: dict[str, None] = {config.model: None}
+        self._prompts: collections.OrderedDict[bytes, RenderedPrompt] = collections.OrderedDict()
+        self._valid_requests = 0
+        self._truth_file = open(config.truth_path, "ab") if config.truth_path else None  # noqa: SIM115
+        self._retry_after = format_retry_after(config.retry_after)
+        self._prices = (config.prompt_price, config.completion_price)
+        self._stripping = config.quirks.get("strip_whitespace", 0) > 0
+
+    def close(self) -> None:
+        if self._truth_file is not None:
+            self._truth_file.close()
+            self._truth_file = None
+
+    # -- prompt ---------------------------------------------------------------------------
+
+    def render(
+        self, messages: list, tools: list | None, template_kwargs: dict | None = None
+    ) -> RenderedPrompt:
+        key = hashlib.blake2b(
+            orjson.dumps([messages, tools, template_kwargs], option=orjson.OPT_SORT_KEYS),
+            digest_size=16,
+        ).digest()
+        cached = self._prompts.get(key)
+        if cached is not None:
+            self._prompts.move_to_end(key)
+            return cached
+        if template_kwargs:
+            # What a server does with chat_template_kwargs (or reasoning.enabled=false):
+            # render_prompt knows no template variables, so call the template directly.
+            kwargs: dict = {"tokenize": False, "add_generation_prompt": True, **template_kwargs}
+            if tools:
+                kwargs["tools"] = tools
+            text = self.tokenizer.apply_chat_template(messages, **kwargs)
+        else:
+            text = render_prompt(self.tokenizer, messages, tools)
+        prompt = RenderedPrompt(
+            text=text,
+            ids=encode(self.tokenizer, text),
+            sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            layout=prompt_layout(text, self.profile),
+        )
+        self._prompts[key] = prompt
+        if len(self._prompts) > PROMPT_CACHE_SIZE:
+            self._prompts.popitem(last=False)
+        return prompt
+
+    # -- decisions ------------------------------------------------------------------------
+
+    def choose_fault(self, req: ChatRequest) -> str | None:
+        cfg = self.config
+        rng = _rng(cfg.seed, req.prompt.sha256, req.attempt, "fault")
+        draw = rng.random()
+        cumulative = 0.0
+        for name, rate in cfg.faults.items():
+            if rate <= 0:
+                continue
+            if name in FATAL_FAULTS and cfg.fatal_after is not None:
+                if req.number <= cfg.fatal_after:
+                    continue
+            cumulative += rate
+            if draw < cumulative:
+                return name
+        return None
+
+    def choose_provider(self, req: ChatRequest) -> str | None:
+        """Who serves this attempt: the request's routing preferences first.
+
+        With ``strip_whitespace`` configured, stripping is a property of one provider
+        (``wire.STRIPPING_PROVIDER``), as in real deployments: attempts that drew the quirk go
+        there and the others elsewhere, so the quirk's rate holds and that provider always strips.
+        """
+        prefs = req.provider_prefs
+        allowed = list(wire.PROVIDERS)
+
+        def names(value: object) -> set[str]:
+            return {str(v).lower() for v in value} if isinstance(value, list) else set()
+
+        if prefs.get("only"):
+            only = names(prefs["only"])
+            allowed = [p for p in allowed if p.lower() in only]
+        ignore = names(prefs.get("ignore"))
+        allowed = [p for p in allowed if p.lower() not in ignore]
+        order = [str(o).lower() for o in prefs.get("order") or [] if isinstance(o, str)]
+        for wanted in order:
+            for p in allowed:
+                if p.lower() == wanted:
+                    return p
+        if order and prefs.get("allow_fallbacks") is False:
+            return None
+        if not allowed:
+            return None
+        preferred = allowed
+        if self._stripping:
+            strips = "strip_whitespace" in req.quirks
+            preferred = [p for p in allowed if (p == wire.STRIPPING_PROVIDER) == strips] or allowed
+        rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "provider")
+        return rng.choice(preferred)
+
+    def draw_quirks(self, req: ChatRequest) -> set[str]:
+        cfg = self.config
+        rng = _rng(cfg.seed, req.prompt.sha256, req.attempt, "quirks")
+        drawn = {name for name, rate in cfg.quirks.items() if rate > 0 and rng.random() < rate}
+        if req.prompt.layout == DISABLED:
+            drawn -= {"no_split", "empty_reasoning", "reasoning_content_field"}
+        if not self.profile.tool_call_tokens:
+            drawn.discard("tool_call_text")
+        if {"strip_whitespace", "no_split", "leak_eot"} <= drawn:
+            drawn.discard("leak_eot")  # content would start with reasoning and end with eot
+        return drawn
+
+    def model_output(self, req: ChatRequest, max_tokens: int | None) -> tuple[ModelOutput, set]:
+        """The completion the model produces for this attempt, and the provider quirks to apply."""
+        cfg = self.config
+        drawn = req.quirks
+        layout = req.prompt.layout
+        rng = _rng(cfg.seed, req.prompt.sha256, req.attempt, "plan")
+        plan = Plan(
+            total_tokens=rng.randint(cfg.min_tokens, cfg.max_tokens),
+            reasoning_share=rng.uniform(0.3, 0.7),
+            drift="drift" in drawn,
+            empty_reasoning="empty_reasoning" in drawn,
+            tool_call_text="tool_call_text" in drawn,
+            pad_content="strip_whitespace" in drawn,
+        )
+        gen_rng = _rng(cfg.seed, req.prompt.sha256, req.attempt, "text")
+        output = generate(self.table, layout, plan, gen_rng, max_tokens)
+        provider_quirks = drawn & {
+            "strip_whitespace",
+            "leak_eot",
+            "no_split",
+            "reasoning_content_field",
+        }
+        if self._stripping:  # the stripping provider always strips, the others never do
+            provider_quirks.discard("strip_whitespace")
+            if req.provider == wire.STRIPPING_PROVIDER:
+                provider_quirks.add("strip_whitespace")
+        return output, provider_quirks
+
+    def success(self, req: ChatRequest, head: dict, generation_id: str) -> Served:
+        output, provider_quirks = self.model_output(req, req.max_tokens)
+        if output.finish_reason != "stop":
+            provider_quirks.discard("leak_eot")
+        rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "deliver")
+        delivery = wire.deliver(output, provider_quirks, rng, req.exclude_reasoning)
+        ids = output.ids
+        usage = wire.usage(
+            len(req.prompt.ids), len(ids), output.reasoning_token_count, self._prices
+        )
+        return Served(generation_id, head, output, delivery, usage)
+
+    def partial(self, req: ChatRequest, head: dict, generation_id: str) -> Served:
+        """What was generated before an upstream failure cut the completion short."""
+        output, provider_quirks = self.model_output(req, req.max_tokens)
+        rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "partial")
+        cut = rng.randint(0, max(0, len(output.ids) - 1))
+        short, _ = self.model_output(req, cut if cut > 0 else 1)
+        if cut == 0:
+            short.sections = []
+        provider_quirks.discard("leak_eot")
+        delivery = wire.deliver(short, provider_quirks, rng, req.exclude_reasoning)
+        return Served(generation_id, head, short, delivery)
+
+    def record(self, served: Served, req: ChatRequest) -> dict:
+        """Ground truth of a delivered (billed) completion."""
+        output = served.output
+        delivery = served.delivery
+        assert output is not None and delivery is not None and served.usage is not None
+        quirks = list(output.quirks) + [q for q in delivery.applied if q not in output.quirks]
+        exact = is_canonical(self.table, output) and not (set(quirks) & INEXACT_QUIRKS)
+        record = {
+            "generation_id": served.generation_id,
+            "prompt_text": req.prompt.text,
+            "prompt_sha256": req.prompt.sha256,
+            "prompt_ids": req.prompt.ids,
+            "completion_ids": output.ids,
+            "reasoning": output.reasoning,
+            "content": output.content,
+            "finish_reason": output.finish_reason,
+            "quirks": quirks,
+            "text_exact": exact,
+            "stream": req.stream,
+            "model": req.model,
+            "provider": served.head["provider"],
+            "attempt": req.attempt,
+            "layout": output.layout,
+            "prompt_tokens": served.usage["prompt_tokens"],
+            "completion_tokens": served.usage["completion_tokens"],
+            "reasoning_tokens": served.usage["completion_tokens_details"]["reasoning_tokens"],
+            "cost": served.usage["cost"],
+            "delivered": {
+                "reasoning": delivery.reasoning_text,
+                "reasoning_field": delivery.reasoning_key,
+                "content": delivery.content_text,
+            },
+        }
+        self.truth[served.generation_id] = record
+        self.stats["completions"] += 1
+        for q in quirks:
+            self.stats[q] += 1
+        if self._truth_file is not None:
+            self._truth_file.write(orjson.dumps(record) + b"\n")
+            self._truth_file.flush()
+        return record
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post(API_PREFIX + "/chat/completions", self.handle_chat)
+        app.router.add_get(API_PREFIX + "/models", self.handle_models)
+        app.router.add_get(API_PREFIX + "/generation", self.handle_generation)
+        app.router.add_get(API_PREFIX + "/key", self.handle_key)
+        return app
+
+    def _authorized(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and bool(token.strip())
+
+    @staticmethod
+    def _json(status: int, body: bytes, headers: dict | None = None) -> web.Response:
+        return web.Response(
+            status=status, body=body, content_type="application/json", headers=headers
+        )
+
+    def _unauthorized(self) -> web.Response:
+        self.stats["unauthorized"] += 1
+        return self._json(401, wire.error_body(401, "No auth credentials found", "authentication"))
+
+    def _bad_request(self, message: str) -> web.Response:
+        self.stats["bad_request"] += 1
+        return self._json(400, wire.error_body(400, message, "invalid_request"))
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        now = int(time.time())
+        data = [
+            {
+                "id": model,
+                "canonical_slug": model,
+                "name": model,
+                "created": now,
+                "context_length": 262144,
+                "architecture": {
+                    "modality": "text->text",
+                    "input_modalities": ["text"],
+                    "output_modalities": ["text"],
+                    "tokenizer": "Other",
+                },
+                "pricing": {
+                    "prompt": wire_price(self.config.prompt_price),
+                    "completion": wire_price(self.config.completion_price),
+                    "request": "0",
+                    "image": "0",
+                },
+                "top_provider": {"context_length": 262144, "is_moderated": False},
+                "supported_parameters": [
+                    "max_tokens",
+                    "temperature",
+                    "seed",
+                    "reasoning",
+                    "include_reasoning",
+                    "tools",
+                    "stop",
+                ],
+            }
+            for model in self.models_seen
+        ]
+        return self._json(200, orjson.dumps({"data": data}))
+
+    async def handle_key(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        usage = sum(r["cost"] for r in self.truth.values())
+        body = {
+            "data": {
+                "label": "simulator",
+                "limit": None,
+                "usage": usage,
+                "limit_remaining": None,
+                "is_free_tier": False,
+            }
+        }
+        return self._json(200, orjson.dumps(body))
+
+    async def handle_generation(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._unauthorized()
+        record = self.truth.get(request.query.get("id", ""))
+        if record is None:
+            return self._json(404, wire.error_body(404, "Generation not found", "not_found"))
+        body = {
+            "data": {
+                "id": record["generation_id"],
+                "model": record["model"],
+                "provider_name": record["provider"],
+                "streamed": record["stream"],
+                "tokens_prompt": record["prompt_tokens"],
+                "tokens_completion": record["completion_tokens"],
+                "native_tokens_prompt": record["prompt_tokens"],
+                "native_tokens_completion": record["completion_tokens"],
+                "native_tokens_reasoning": record["reasoning_tokens"],
+                "finish_reason": record["finish_reason"],
+                "native_finish_reason": record["finish_reason"],
+                "total_cost": record["cost"],
+            }
+        }
+        return self._json(200, orjson.dumps(body))
+
+    def _parse(self, body: Any) -> tuple[dict, str | None]:
+        if not isinstance(body, dict):
+            return {}, "request body must be a JSON object"
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return {}, "messages must be a non-empty array"
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            return {}, "every message must be an object with a role"
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            return {}, "tools must be an array"
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            return {}, "max_tokens must be a positive integer"
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return {}, "model is required"
+        return body, None
+
+    async def handle_chat(self, request: web.Request) -> web.StreamResponse:
+        self.stats["requests"] += 1
+        if not self._authorized(request):
+            return self._unauthorized()
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return self._bad_request(f"request body is not valid JSON: {exc}")
+        body, problem = self._parse(body)
+        if problem:
+            return self._bad_request(problem)
+        reasoning_opts = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+        template_kwargs = body.get("chat_template_kwargs")
+        template_kwargs = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
+        if reasoning_opts.get("enabled") is False or reasoning_opts.get("effort") == "none":
+            template_kwargs.update(THINKING_OFF)
+        try:
+            prompt = self.render(body["messages"], body.get("tools"), template_kwargs or None)
+        except Exception as exc:  # template errors come in many types
+            return self._bad_request(f"cannot render the chat template: {exc}")
+        self._valid_requests += 1
+        req = ChatRequest(
+            model=body["model"],
+            prompt=prompt,
+            stream=bool(body.get("stream")),
+            max_tokens=body.get("max_tokens", body.get("max_completion_tokens")),
+            exclude_reasoning=reasoning_opts.get("exclude") is True,
+            provider_prefs=body.get("provider") if isinstance(body.get("provider"), dict) else {},
+            attempt=self.attempts[prompt.sha256],
+            number=self._valid_requests,
+        )
+        self.attempts[prompt.sha256] += 1
+        self.models_seen.setdefault(req.model, None)
+        if self.config.latency:
+            await asyncio.sleep(self.config.latency)
+
+        fault = self.choose_fault(req)
+        if fault is not None:
+            self.stats[fault] += 1
+            self.stats["faults"] += 1
+        req.quirks = self.draw_quirks(req)
+        provider = self.choose_provider(req)
+        if provider is None:
+            self.stats["no_provider"] += 1
+            return self._json(
+                404,
+                wire.error_body(
+                    404, "No endpoints found matching your provider preferences", "no_endpoints"
+                ),
+            )
+        req.provider = provider
+        generation_id = f"gen-{int(time.time())}-{secrets.token_hex(10)}"
+        head = {
+            "id": generation_id,
+            "provider": provider,
+            "model": req.model,
+            "created": int(time.time()),
+        }
+        status = self._status_fault(fault)
+        if status is not None:
+            return status
+        if req.stream:
+            return await self._stream(request, req, fault, head, generation_id)
+        return await self._plain(request, req, fault, head, generation_id)
+
+    def _status_fault(self, fault: str | None) -> web.Response | None:
+        """Faults answered with an HTTP error status, before any generation."""
+        retry = {"Retry-After": self._retry_after}
+        if fault == "rate_limit":
+            return self._json(
+                429,
+                wire.error_body(429, "Rate limit exceeded, please retry", "rate_limit_exceeded"),
+                retry,
+            )
+        if fault == "rate_limit_no_header":
+            return self._json(
+                429, wire.error_body(429, "Rate limit exceeded", "rate_limit_exceeded")
+            )
+        if fault == "overloaded":
+            return self._json(
+                503,
+                wire.error_body(503, "Provider is overloaded, try again", "provider_overloaded"),
+                retry,
+            )
+        if fault == "bad_gateway":
+            return self._json(
+                502, wire.error_body(502, "Provider returned error", "provider_unavailable")
+            )
+        if fault == "server_error":
+            return self._json(500, wire.error_body(500, "Internal Server Error", "server_error"))
+        if fault == "budget_in_flight":
+            return self._json(
+                402,
+                wire.error_body(
+                    402,
+                    "Too much spend in flight for this key; wait for running requests to finish",
+                    "payment_required",
+                    reason="in_flight_budget_exhausted",
+                ),
+                retry,
+            )
+        if fault == "payment":
+            return self._json(
+                402,
+                wire.error_body(
+                    402,
+                    "Insufficient credits. Add more using https://openrouter.ai/settings/credits",
+                    "payment_required",
+                ),
+            )
+        if fault == "auth":
+            return self._json(401, wire.error_body(401, "User not found.", "authentication"))
+        return None
+
+    # -- non-streaming --------------------------------------------------------------------
+
+    async def _plain(
+        self, request: web.Request, req: ChatRequest, fault: str | None, head: dict, gid: str
+    ) -> web.StreamResponse:
+        headers = {"X-Generation-Id": gid}
+        rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "wire")
+        if fault == "error_200":
+            body = orjson.dumps(
+                {"error": wire.error_object(502, "Provider returned error", "provider_unavailable")}
+            )
+            return self._json(200, body, headers)
+        if fault in ("finish_error", "midstream_error"):
+            served = self.partial(req, head, gid)
+            error = wire.error_object(
+                502, "Upstream error: connection reset", "provider_unavailable"
+            )
+            body = wire.completion_body(head, served.delivery, "error", None, error=error)
+            return self._json(200, orjson.dumps(body), headers)
+        if fault == "empty":
+            usage = wire.usage(len(req.prompt.ids), 0, 0, (0.0, 0.0))
+            body = wire.completion_body(head, None, None, usage, content_null=rng.random() < 0.5)
+            return self._json(200, orjson.dumps(body), headers)
+        if fault == "stall":
+            resp = web.StreamResponse(status=200, headers=headers)
+            resp.content_type = "application/json"
+            await resp.prepare(request)
+            await self._stall(request)
+            _close(request)
+            return resp
+
+        served = self.success(req, head, gid)
+        body = orjson.dumps(
+            wire.completion_body(head, served.delivery, served.output.finish_reason, served.usage)
+        )
+        if fault == "malformed_json":
+            return self._json(200, body[: max(1, len(body) // 2)], headers)
+        if fault == "drop":
+            resp = web.StreamResponse(status=200, headers=headers)
+            resp.content_type = "application/json"
+            resp.content_length = len(body)
+            await resp.prepare(request)
+            await resp.write(body[: rng.randint(1, len(body) - 1)])
+            _close(request)
+            return resp
+        self.record(served, req)
+        return web.Response(status=200, body=body, content_type="application/json", headers=headers)
+
+    # -- streaming ------------------------------------------------------------------------
+
+    async def _stream(
+        self, request: web.Request, req: ChatRequest, fault: str | None, head: dict, gid: str
+    ) -> web.StreamResponse:
+        rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "wire")
+        chunk_tokens = self.config.chunk_tokens
+        events: list[bytes] = [wire.KEEPALIVE]
+        end = "done"  # or "close": cut the connection after the events
+        served: Served | None = None
+        upstream_error = wire.error_object(
+            502, "Upstream error: connection reset", "provider_unavailable"
+        )
+
+        if fault == "error_200":
+            events.append(wire.sse({**head, "error": upstream_error}))
+        elif fault in ("finish_error", "midstream_error"):
+            partial = self.partial(req, head, gid)
+            chunks = wire.delta_chunks(head, partial.delivery, chunk_tokens)
+            if fault == "midstream_error":
+                if rng.random() < 0.34:
+                    chunks, events = [], []  # the error is the only event
+                error_chunk = wire.finish_chunk(head, "error")
+                error_chunk["error"] = upstream_error
+                error_chunk["choices"][0]["delta"] = {"content": ""}
+            else:
+                error_chunk = wire.finish_chunk(head, "error", error=upstream_error)
+            events += [wire.sse(c) for c in chunks]
+            events.append(wire.sse(error_chunk))
+        elif fault == "empty":
+            usage = wire.usage(len(req.prompt.ids), 0, 0, (0.0, 0.0))
+            events.append(wire.sse(wire.finish_chunk(head, None)))
+            events.append(wire.sse(wire.usage_chunk(head, usage)))
+            events.append(wire.DONE)
+        else:
+            served = self.success(req, head, gid)
+            chunks = [wire.sse(c) for c in wire.delta_chunks(head, served.delivery, chunk_tokens)]
+            for c in chunks:
+                if rng.random() < 0.03:
+                    events.append(wire.KEEPALIVE)
+                events.append(c)
+            events.append(wire.sse(wire.finish_chunk(head, served.output.finish_reason)))
+            events.append(wire.sse(wire.usage_chunk(head, served.usage)))
+            events.append(wire.DONE)
+            if fault == "drop":
+                cut = rng.randint(1, len(events) - 2)
+                tail = events[cut]
+                events = events[:cut] + [tail[: rng.randint(0, len(tail) - 1)]]
+                end = "close"
+            elif fault == "malformed_json":
+                data_events = [i for i, e in enumerate(events[:-2]) if e.startswith(b"data: {")]
+                cut = rng.choice(data_events)
+                broken = events[cut][: max(8, len(events[cut]) // 2)].rstrip(b"\n")
+                events = events[:cut] + [broken + b"\n\n"]
+            elif fault == "stall":
+                events = events[: rng.randint(1, max(1, len(events) // 2))]
+                end = "stall"
+
+        resp = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Generation-Id": gid,
+            },
+        )
+        await resp.prepare(request)
+        if served is not None and fault is None:
+            self.record(served, req)
+        try:
+            await self._send(resp, events, rng)
+        except ConnectionError:
+            return resp
+        if end == "stall":
+            await self._stall(request)
+            _close(request)
+        elif end == "close":
+            _close(request)
+        return resp
+
+    async def _send(
+        self, resp: web.StreamResponse, events: list[bytes], rng: random.Random
+    ) -> None:
+        delay = self.config.chunk_delay
+        if delay > 0:
+            for i, event in enumerate(events):
+                if i:
+                    await asyncio.sleep(delay)
+                await resp.write(event)
+            return
+        # No pacing asked: write the stream in random slices, so a client's SSE framing meets
+        # lines (and UTF-8 characters) split across reads, as TCP may deliver them.
+        blob = b"".join(events)
+        pos = 0
+        while pos < len(blob):
+            size = rng.randint(1, 24) if rng.random() < 0.2 else rng.randint(256, 8192)
+            await resp.write(blob[pos : pos + size])
+            pos += size
+
+    async def _stall(self, request: web.Request) -> None:
+        deadline = time.monotonic() + self.config.stall_seconds
+        while time.monotonic() < deadline:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+def _close(request: web.Request) -> None:
+    """Cut the connection without finishing the body (buffered bytes are flushed first)."""
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+def wire_price(value: float) -> str:
+    return f"{value:.12f}".rstrip("0").rstrip(".") or "0"
+
+
+class SimServer:
+    """A running simulator: ``base_url`` to call, ``truth`` and ``stats`` to inspect."""
+
+    def __init__(self, simulator: Simulator, runner: web.AppRunner, base_url: str) -> None:
+        self._simulator = simulator
+        self._runner = runner
+        self.base_url = base_url
+        self.truth = simulator.truth
+        self.stats = simulator.stats
+        self.config = simulator.config
+        self.profile = simulator.profile
+        self.tokenizer = simulator.tokenizer
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+        self._simulator.close()
+
+
+async def start_simulator(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> SimServer:
+    simulator = Simulator(config)
+    runner = web.AppRunner(
+        simulator.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    await site.start()
+    sockets = runner.addresses
+    bound_port = sockets[0][1] if sockets else port
+    return SimServer(simulator, runner, f"http://{host}:{bound_port}{API_PREFIX}")
+
+
+def serve_forever(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the simulator until SIGINT/SIGTERM, printing its base URL first (for scripts)."""
+
+    async def main() -> None:
+        server = await start_simulator(config, host, port)
+        print(f"draftgen simulator listening on {server.base_url}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        try:
+            await stop.wait()
+        finally:
+            await server.close()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.stderr.write("draftgen simulator stopped\n")
+
+
+class SimulatorThread:
+    """The simulator on its own event loop in a background thread, for synchronous tests.
+
+    Use it as a context manager: ``with SimulatorThread(config) as sim:`` then point the client
+    at ``sim.base_url`` and read ``sim.truth`` afterwards.
+    """
+
+    def __init__(self, config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._server: SimServer | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(config, host, port), name="draftgen-simulator", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self, config: SimConfig, host: str, port: int) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._server = self._loop.run_until_complete(start_simulator(config, host, port))
+        except BaseException as exc:  # handed to the constructing thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._server.close())
+        self._loop.close()
+
+    @property
+    def server(self) -> SimServer:
+        assert self._server is not None
+        return self._server
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def truth(self) -> dict[str, dict]:
+        return self.server.truth
+
+    @property
+    def stats(self) -> collections.Counter:
+        return self.server.stats
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> SimulatorThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,224 @@
+"""What the simulated provider puts on the wire: OpenRouter bodies, SSE chunks and error shapes.
+
+The provider side of the simulation lives here: splitting reasoning from content, and the
+provider quirks (whitespace stripping, leaked end-of-turn, no split, older field names).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import orjson
+
+from draftgen.simulator.model import DISABLED, ModelOutput
+
+PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes", "AtlasCloud")
+# The one provider whose parser strips edge whitespace from content (quirk strip_whitespace).
+STRIPPING_PROVIDER = "Chutes"
+
+
+@dataclass
+class Delivery:
+    """The texts as the provider sends them, kept as per-token pieces for streaming."""
+
+    reasoning: list[str] | None  # None: the reasoning field is null (or absent)
+    content: list[str]
+    reasoning_key: str = "reasoning"  # or "reasoning_content"
+    reasoning_absent: bool = False  # leave the key out instead of sending null
+    applied: tuple[str, ...] = ()  # provider quirks that really changed something
+
+    @property
+    def reasoning_text(self) -> str | None:
+        return None if self.reasoning is None else "".join(self.reasoning)
+
+    @property
+    def content_text(self) -> str:
+        return "".join(self.content)
+
+
+def deliver(
+    output: ModelOutput,
+    quirks: set[str],
+    rng: random.Random,
+    exclude_reasoning: bool = False,
+) -> Delivery:
+    """Split the model's text into fields the way providers do, then apply provider quirks."""
+    applied: list[str] = []
+    pieces = {s.kind: list(s.pieces) for s in output.sections}
+    has_reasoning = output.layout != DISABLED
+    content = list(pieces.get("content", []))
+    if "leak_eot" in quirks and "eot" in pieces:
+        content += pieces["eot"]
+        applied.append("leak_eot")
+    reasoning: list[str] | None = None
+    absent = False
+    if has_reasoning and "no_split" in quirks:
+        content = (
+            pieces.get("think_start", [])
+            + pieces.get("reasoning", [])
+            + pieces.get("think_end", [])
+            + content
+        )
+        absent = rng.random() < 0.5
+        applied.append("no_split")
+    elif has_reasoning:
+        reasoning = pieces.get("reasoning", [])
+        if "empty_reasoning" in output.quirks and rng.random() < 0.5:
+            reasoning = None  # some providers send null for an empty think block
+    if "strip_whitespace" in quirks:
+        stripped = _strip_pieces(content)
+        if "".join(stripped) != "".join(content):
+            content = stripped
+            applied.append("strip_whitespace")
+    key = "reasoning"
+    if "reasoning_content_field" in quirks and has_reasoning and reasoning is not None:
+        key = "reasoning_content"
+        applied.append("reasoning_content_field")
+    if exclude_reasoning and reasoning is not None:
+        reasoning = None
+        absent = True
+        applied.append("reasoning_excluded")
+    return Delivery(reasoning, content, key, absent, tuple(applied))
+
+
+def _strip_pieces(pieces: list[str]) -> list[str]:
+    out = list(pieces)
+    for i, piece in enumerate(out):
+        stripped = piece.lstrip()
+        out[i] = stripped
+        if stripped:
+            break
+    for i in range(len(out) - 1, -1, -1):
+        stripped = out[i].rstrip()
+        out[i] = stripped
+        if stripped:
+            break
+    return out
+
+
+def usage(
+    prompt_tokens: int, completion_tokens: int, reasoning_tokens: int, prices: tuple[float, float]
+) -> dict:
+    cost = round(prompt_tokens * prices[0] + completion_tokens * prices[1], 12)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "cost": cost,
+        "is_byok": False,
+        "cost_details": {"upstream_inference_cost": cost},
+    }
+
+
+def message(delivery: Delivery) -> dict:
+    msg: dict = {"role": "assistant", "content": delivery.content_text}
+    reasoning = delivery.reasoning_text
+    if not (reasoning is None and delivery.reasoning_absent):
+        msg[delivery.reasoning_key] = reasoning
+    if delivery.reasoning_key == "reasoning" and reasoning:
+        msg["reasoning_details"] = [
+            {"type": "reasoning.text", "text": reasoning, "format": "unknown", "index": 0}
+        ]
+    msg["tool_calls"] = None
+    msg["refusal"] = None
+    return msg
+
+
+def completion_body(
+    head: dict,
+    delivery: Delivery | None,
+    finish_reason: str | None,
+    usage_obj: dict | None,
+    error: dict | None = None,
+    content_null: bool = False,
+) -> dict:
+    """A non-streaming ``chat.completion`` body. ``head`` holds id, provider, model, created."""
+    if delivery is None:  # cold start: nothing generated
+        msg = {"role": "assistant", "content": None if content_null else "", "reasoning": None}
+        msg["tool_calls"] = None
+    else:
+        msg = message(delivery)
+    choice: dict = {
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "native_finish_reason": finish_reason,
+        "message": msg,
+    }
+    if error is not None:
+        choice["error"] = error
+    body = {**head, "object": "chat.completion", "choices": [choice]}
+    if usage_obj is not None:
+        body["usage"] = usage_obj
+    return body
+
+
+def error_object(code: int, message_text: str, error_type: str, **extra: object) -> dict:
+    return {"code": code, "message": message_text, "metadata": {"error_type": error_type, **extra}}
+
+
+def error_body(code: int, message_text: str, error_type: str, **extra: object) -> bytes:
+    return orjson.dumps({"error": error_object(code, message_text, error_type, **extra)})
+
+
+def sse(obj: dict) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+KEEPALIVE = b": OPENROUTER PROCESSING\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+def delta_chunks(head: dict, delivery: Delivery, chunk_tokens: int) -> list[dict]:
+    """Reasoning deltas first, then content deltas, ``chunk_tokens`` token pieces each."""
+    chunks: list[dict] = []
+    key = delivery.reasoning_key
+    if delivery.reasoning:
+        for text in _group(delivery.reasoning, chunk_tokens):
+            delta: dict = {"role": "assistant", "content": "", key: text}
+            if key == "reasoning":
+                delta["reasoning_details"] = [
+                    {"type": "reasoning.text", "text": text, "format": "unknown", "index": 0}
+                ]
+            chunks.append(_chunk(head, delta, None))
+    for text in _group(delivery.content, chunk_tokens):
+        delta = {"role": "assistant", "content": text}
+        if key == "reasoning":
+            delta["reasoning"] = None
+        chunks.append(_chunk(head, delta, None))
+    return chunks
+
+
+def finish_chunk(head: dict, finish_reason: str | None, error: dict | None = None) -> dict:
+    chunk = _chunk(head, {"role": "assistant", "content": ""}, finish_reason)
+    if error is not None:
+        chunk["choices"][0]["error"] = error
+    return chunk
+
+
+def usage_chunk(head: dict, usage_obj: dict) -> dict:
+    return {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage_obj}
+
+
+def _chunk(head: dict, delta: dict, finish_reason: str | None) -> dict:
+    return {
+        **head,
+        "object": "chat.completion.chunk",
+        "choices": [
+            {
+                "index": 0,
+                "delta": delta,
+                "finish_reason": finish_reason,
+                "native_finish_reason": finish_reason,
+                "logprobs": None,
+            }
+        ],
+    }
+
+
+def _group(pieces: list[str], size: int) -> list[str]:
+    texts = ("".join(pieces[i : i + size]) for i in range(0, len(pieces), size))
+    return [t for t in texts if t]
