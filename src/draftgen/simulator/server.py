@@ -87,6 +87,9 @@ def _rng(*parts: object) -> random.Random:
     digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
 
+# Share of answers with whitespace at their edges, as models write them.
+NATURAL_EDGE_WHITESPACE = 0.15
+
 
 class Simulator:
     """The state behind one server: tokenizer tables, counters, ground truth."""
@@ -222,7 +225,11 @@ class Simulator:
             drift="drift" in drawn,
             empty_reasoning="empty_reasoning" in drawn,
             tool_call_text="tool_call_text" in drawn,
-            pad_content="strip_whitespace" in drawn,
+            # Real answers sometimes start or end with whitespace ("\n\n" after </think>, a
+            # newline after a code block); a provider that does not strip shows it.
+            pad_content="strip_whitespace" in drawn
+            or _rng(cfg.seed, req.prompt.sha256, req.attempt, "edges").random()
+            < NATURAL_EDGE_WHITESPACE,
         )
         gen_rng = _rng(cfg.seed, req.prompt.sha256, req.attempt, "text")
         output = generate(self.table, layout, plan, gen_rng, max_tokens)
