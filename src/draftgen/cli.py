@@ -9,7 +9,9 @@ from pathlib import Path
 
 from draftgen import __version__
 
-EXIT_ERROR = 2
+EXIT_ERROR = 2  # the run cannot go on as asked: the message says why
+EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
+EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +101,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--allow-insecure-http", action="store_true", help="allow plain http to a non-loopback host"
+    )
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="stop sending once spend (usage.cost) plus the in-flight estimate would pass this",
+    )
+    run.add_argument(
+        "--max-retries",
+        type=int,
+        default=20_000,
+        metavar="N",
+        help="retries allowed across the whole run before it stops (default 20000)",
+    )
+    run.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="after Ctrl-C, how long in-flight responses may still arrive (default 30)",
     )
 
     export = commands.add_parser("export", help="write training files from a run")
@@ -206,6 +228,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         retry_base_delay=args.retry_base_delay,
         allow_insecure_http=args.allow_insecure_http,
+        max_cost=args.max_cost,
+        max_retries=args.max_retries,
+        shutdown_grace=args.shutdown_grace,
     )
     if args.base_url is None:
         print(
@@ -215,6 +240,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     summary = asyncio.run(run(options))
     print(format_status(summary.counts, args.out))
+    if summary.stopped == "interrupted":
+        print("draftgen: interrupted; everything stored is kept and the same command resumes",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if summary.stopped:
+        print(f"draftgen: stopped: {summary.stopped}", file=sys.stderr)
+        return EXIT_STOPPED
     return 0
 
 

@@ -21,6 +21,7 @@ from draftgen.backends.openrouter import (
     error_from_status,
     parse_completion,
 )
+from draftgen.budget import SpendGuard
 from draftgen.records import Completion
 
 
@@ -59,10 +60,15 @@ class FatalApiError(Exception):
     """The run cannot continue (bad key, out of credits, wrong model): stop, keep what is stored."""
 
 
+class RunStopped(Exception):
+    """No new attempts: the run is shutting down or reached its budget (nothing is recorded)."""
+
+
 @dataclass
 class ClientStats:
     errors: collections.Counter = field(default_factory=collections.Counter)
     requests: int = 0
+    retries: int = 0
 
 
 class AdaptiveLimiter:
@@ -127,14 +133,25 @@ class ChatClient:
         concurrency: int,
         retry: RetryPolicy | None = None,
         idle_timeout: float = 300.0,
+        max_retries: int | None = None,
+        budget: SpendGuard | None = None,
     ) -> None:
+        """``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
+        that could pass a spending limit."""
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key
         self.retry = retry or RetryPolicy()
         self.limiter = AdaptiveLimiter(concurrency)
         self.stats = ClientStats()
+        self.stop_reason: str | None = None
+        self._max_retries = max_retries
+        self._budget = budget
         self._idle_timeout = idle_timeout
         self._session: aiohttp.ClientSession | None = None
+
+    def stop(self, reason: str) -> None:
+        """Send nothing new; attempts already on the wire finish."""
+        self.stop_reason = self.stop_reason or reason
 
     async def __aenter__(self) -> ChatClient:
         headers = {"Content-Type": "application/json", "User-Agent": "draftgen/0.1"}
@@ -159,7 +176,14 @@ class ChatClient:
         for attempt in range(1, self.retry.max_attempts + 1):
             await self.limiter.acquire()
             try:
-                completion = await self._attempt(body, stream)
+                if self.stop_reason:
+                    raise RunStopped(self.stop_reason)
+                if self._budget is None:
+                    completion = await self._attempt(body, stream)
+                else:
+                    async with self._budget.admit(self.limiter.in_flight):
+                        completion = await self._attempt(body, stream)
+                        self._budget.record(completion.cost)
             except ApiError as exc:
                 error = exc
             else:
@@ -178,6 +202,12 @@ class ChatClient:
             if error.pushback:
                 self.limiter.on_pushback(error.retry_after)
             if attempt < self.retry.max_attempts:
+                self.stats.retries += 1
+                if self._max_retries is not None and self.stats.retries > self._max_retries:
+                    raise FatalApiError(
+                        f"the run used up its retry budget ({self._max_retries} retries, last: "
+                        f"{error.kind}); the server keeps failing, so try again later"
+                    )
                 wait = error.retry_after if error.retry_after is not None else None
                 await asyncio.sleep(wait if wait is not None else self.retry.backoff(attempt))
         raise GenerationFailed(f"gave_up_after_{self.retry.max_attempts}_attempts", errors)

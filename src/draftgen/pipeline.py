@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,8 @@ import orjson
 
 from draftgen import __version__
 from draftgen.backends.openrouter import request_body
-from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy
+from draftgen.budget import BudgetReached, SpendGuard
+from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy, RunStopped
 from draftgen.ingest import Conversation, Rejection, read_conversations
 from draftgen.plan import TurnPlan, build_messages, plan_turns
 from draftgen.profiles import ModelProfile, detect_profile, get_profile
@@ -54,12 +57,16 @@ class RunOptions:
     retry_base_delay: float = 0.5
     allow_insecure_http: bool = False
     progress_interval: float = 10.0
+    max_cost: float | None = None  # dollars (credits) for the whole run directory
+    max_retries: int | None = 20_000  # retries across the run, all requests together
+    shutdown_grace: float = 30.0  # seconds in-flight responses get after Ctrl-C
 
 
 @dataclass
 class RunSummary:
     progress: RunProgress
     counts: dict = field(default_factory=dict)
+    stopped: str | None = None  # why the run ended early: "interrupted" or a budget sentence
 
 
 def resolve_profile(tokenizer, name: str | None) -> ModelProfile:
@@ -121,13 +128,16 @@ async def run(options: RunOptions) -> RunSummary:
                     f"environment variable {options.api_key_env} is not set; export your API key "
                     "in it or name another one with --api-key-env"
                 )
+        store.set_meta("tokenizer", options.tokenizer)
+        store.set_meta("profile", profile.name)
         try:
             progress = await _generate(options, store, settings, base_url, api_key)
         finally:
             if simulator is not None:
                 await simulator.close()
-        await asyncio.to_thread(reconstruct_all, store, options.tokenizer, profile)
-        return RunSummary(progress=progress, counts=store.counts())
+        if progress.stopped != "interrupted":
+            await asyncio.to_thread(reconstruct_all, store, options.tokenizer, profile)
+        return RunSummary(progress=progress, counts=store.counts(), stopped=progress.stopped)
     finally:
         lock.release()
         store.close()
@@ -154,13 +164,26 @@ async def _generate(
     writer = CompletionWriter(store.path)
     queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
     retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
+    budget = None
+    if options.max_cost is not None:
+        counts = store.counts()
+        budget = SpendGuard(options.max_cost, counts["cost"], counts["completions"])
     client = ChatClient(
         base_url,
         api_key,
         concurrency=options.concurrency,
         retry=retry,
         idle_timeout=options.idle_timeout,
+        max_retries=options.max_retries,
+        budget=budget,
     )
+    stop = asyncio.Event()
+
+    def request_stop(reason: str) -> None:
+        if not stop.is_set():
+            progress.stopped = reason
+            client.stop(reason)
+            stop.set()
     progress.errors = client.stats.errors
     rejected = open(options.out / REJECTED_NAME, "wb")
 
@@ -222,8 +245,15 @@ async def _generate(
     async def work_chain(plans: list[TurnPlan]) -> None:
         answers: list[str] = []
         for index, plan in enumerate(plans):
+            if stop.is_set():
+                return
             try:
                 content, finish = await answer(plan, answers)
+            except RunStopped:
+                return
+            except BudgetReached as exc:
+                request_stop(str(exc))
+                return
             except GenerationFailed:
                 await _fail_rest(plans[index + 1 :], "earlier_turn_failed")
                 return
@@ -238,13 +268,23 @@ async def _generate(
                 await writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
                 progress.turns_failed += 1
 
+    async def next_chain() -> list[TurnPlan] | None:
+        if stop.is_set():
+            return None
+        getter = asyncio.ensure_future(queue.get())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((getter, stopped), return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        return None
+
     async def worker() -> None:
-        while True:
-            plans = await queue.get()
-            if plans is None:
-                return
+        while (plans := await next_chain()) is not None:
             await work_chain(plans)
-            progress.rows_done += 1
+            if not stop.is_set():
+                progress.rows_done += 1
             display.refresh()
 
     async def produce() -> None:
@@ -273,19 +313,61 @@ async def _generate(
         progress.rows_done += 1
 
     display = ProgressDisplay(progress, interval=options.progress_interval)
+    loop = asyncio.get_running_loop()
     try:
         async with client:
             with display:
                 tasks = [asyncio.create_task(worker()) for _ in range(options.concurrency)]
                 producer = asyncio.create_task(produce())
+
+                def abandon() -> None:
+                    for task in tasks:
+                        task.cancel()
+
+                def on_interrupt() -> None:
+                    if stop.is_set():
+                        print("draftgen: abandoning the requests in flight", file=sys.stderr)
+                        abandon()
+                        return
+                    request_stop("interrupted")
+                    producer.cancel()
+                    print(
+                        f"draftgen: stopping; waiting up to {options.shutdown_grace:.0f} s for "
+                        f"{client.limiter.in_flight} requests in flight (Ctrl-C again to abandon "
+                        "them)",
+                        file=sys.stderr,
+                    )
+                    loop.call_later(options.shutdown_grace, abandon)
+
+                def on_producer_done(task: asyncio.Task) -> None:
+                    if not task.cancelled() and task.exception() is not None:
+                        abandon()  # an unreadable input: the workers would wait forever
+
+                producer.add_done_callback(on_producer_done)
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(signum, on_interrupt)
                 try:
-                    await asyncio.gather(producer, *tasks)
+                    await asyncio.gather(*tasks)
+                    if producer.done() and not producer.cancelled() and producer.exception():
+                        raise producer.exception()
+                except asyncio.CancelledError:
+                    if producer.done() and not producer.cancelled() and producer.exception():
+                        raise producer.exception() from None
+                    if not stop.is_set():
+                        raise
                 except FatalApiError as exc:
                     raise RunError(
                         f"stopped: {exc}; everything generated so far is stored in {options.out} "
                         "and the same command resumes"
                     ) from None
+                except StoreError as exc:
+                    raise RunError(
+                        f"{exc}; what was committed before is safe: fix the cause (disk space, "
+                        "permissions) and rerun the same command to resume"
+                    ) from None
                 finally:
+                    for signum in (signal.SIGINT, signal.SIGTERM):
+                        loop.remove_signal_handler(signum)
                     for task in (producer, *tasks):
                         task.cancel()
                     await asyncio.gather(producer, *tasks, return_exceptions=True)

@@ -25,6 +25,7 @@ class RunProgress:
     cost: float = 0.0
     errors: collections.Counter = field(default_factory=collections.Counter)
     started: float = field(default_factory=time.monotonic)
+    stopped: str | None = None  # why the run stopped early, if it did
 
     def record_completion(
         self, prompt_tokens: int | None, completion_tokens: int | None, cost: float

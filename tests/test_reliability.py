@@ -1,0 +1,153 @@
+"""Money and shutdown safety: --max-cost, Ctrl-C, the run-wide retry budget, a full disk."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import SECRET, SimProcess, draftgen, run_args, write_prompts
+
+from draftgen.records import Completion
+from draftgen.store import CompletionWriter, Store, StoreError
+
+TOKENIZER = "fixture:kimi-k2.5"
+
+
+def stored_count(out):
+    return sqlite3.connect(out / "draftgen.sqlite").execute("SELECT count(*) FROM completions").fetchone()[0]
+
+
+def spent(out):
+    return sqlite3.connect(out / "draftgen.sqlite").execute("SELECT sum(cost) FROM completions").fetchone()[0]
+
+
+def test_max_cost_stops_sending_says_what_was_spent_and_resumes(tmp_path):
+    sim = SimProcess(tmp_path, TOKENIZER)
+    try:
+        inputs = write_prompts(tmp_path / "p.jsonl", 60, invalid=False)
+        out = tmp_path / "run"
+        # One completion costs about $0.0003 here; allow roughly ten of them.
+        result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, "--concurrency", "16",
+                                    "--max-cost", "0.003"))
+        assert result.returncode == 3, result.stderr
+        assert "reached --max-cost $0.0030: spent $" in result.stderr
+        first = stored_count(out)
+        assert 3 <= first < 50
+        assert spent(out) <= 0.003 * 1.25  # the in-flight estimate is a mean, not a bound
+        assert len(sim.truth()) == first  # nothing bought that was not stored
+        result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, "--concurrency", "16"))
+        assert result.returncode == 0, result.stderr
+        assert stored_count(out) > first
+    finally:
+        sim.stop()
+
+
+def start_run(sim, inputs, out, *extra):
+    env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET}
+    return subprocess.Popen([sys.executable, "-m", "draftgen.cli", *run_args(sim, [inputs], out, TOKENIZER, *extra)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_stored(out, count, process, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        try:
+            if stored_count(out) >= count:
+                return
+        except sqlite3.Error:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the run stored too little")
+
+
+def test_ctrl_c_stops_sending_and_stores_what_was_in_flight(tmp_path):
+    sim = SimProcess(tmp_path, TOKENIZER, extra=["--latency", "0.5"])
+    try:
+        inputs = write_prompts(tmp_path / "p.jsonl", 200, invalid=False)
+        out = tmp_path / "run"
+        process = start_run(sim, inputs, out, "--concurrency", "8")
+        wait_for_stored(out, 8, process)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130, stderr
+        assert "stopping; waiting up to 30 s for" in stderr and "interrupted" in stderr
+        # Every response the server produced reached the store: nothing in flight was thrown away.
+        assert stored_count(out) == len(sim.truth()) < 150
+    finally:
+        sim.stop()
+
+
+def test_second_ctrl_c_abandons_requests_in_flight(tmp_path):
+    sim = SimProcess(tmp_path, TOKENIZER, extra=["--latency", "20"])
+    try:
+        inputs = write_prompts(tmp_path / "p.jsonl", 10, invalid=False)
+        out = tmp_path / "run"
+        process = start_run(sim, inputs, out, "--concurrency", "4")
+        deadline = time.monotonic() + 60
+        while not (out / "draftgen.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)  # requests are on the wire now
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 130, stderr
+        assert "abandoning the requests in flight" in stderr
+        assert time.monotonic() - started < 15  # did not wait for the 20 s responses
+        assert stored_count(out) == 0
+    finally:
+        sim.stop()
+
+
+def test_run_wide_retry_budget_stops_a_hopeless_run(tmp_path):
+    sim = SimProcess(tmp_path, TOKENIZER, [("server_error", 1.0)])
+    try:
+        inputs = write_prompts(tmp_path / "p.jsonl", 20, invalid=False)
+        result = draftgen(*run_args(sim, [inputs], tmp_path / "run", TOKENIZER, "--max-retries", "10"))
+        assert result.returncode == 2
+        assert "used up its retry budget (10 retries, last: server_error)" in result.stderr
+    finally:
+        sim.stop()
+
+
+def test_full_disk_gives_a_clear_error_and_a_resumable_store(tmp_path):
+    store = Store(tmp_path)
+    writer = CompletionWriter(store.path)
+    completion = Completion("g", "p", "m", "r" * 2000, "a" * 2000, None, "stop", "stop",
+                            {"prompt_tokens": 1, "completion_tokens": 1, "cost": 0.1})
+    request = b'{"messages": [], "tools": null}'
+
+    async def fill():
+        committed = 0
+        for i in range(10_000):
+            try:
+                await writer.add_completion(f"k{i}", "s", 0, request, completion, 1, [], 0.0)
+            except StoreError as exc:
+                return committed, str(exc)
+            committed += 1
+            if i == 5:  # the disk fills up now: SQLite answers SQLITE_FULL from here on
+                writer._db.execute("PRAGMA max_page_count = %d" % writer._db.execute("PRAGMA page_count").fetchone()[0])
+        return committed, None
+
+    committed, message = asyncio.run(fill())
+    writer.close()
+    assert message == "cannot write to the store: database or disk is full"
+    reopened = Store(tmp_path)
+    assert reopened.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert reopened.counts()["completions"] == committed >= 6
+
+
+def test_unreadable_run_directory_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError) as info:
+        Store(blocker / "run")
+    assert str(info.value).startswith(f"cannot open the store in {blocker / 'run'}")
