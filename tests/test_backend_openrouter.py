@@ -151,3 +151,30 @@ def test_parsers_only_raise_api_errors_on_odd_json(value):
             parse(raw)
         except ApiError:
             pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=40))
+def test_stream_bytes_split_anywhere_give_the_same_completion(cuts):
+    events = sse(
+        chunk({"reasoning": "ré"}), chunk({"content": "sum 日本"}, finish="stop"),
+        {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}, b"[DONE]",
+    )
+    blob = b"\n".join(events) + b"\n"
+    acc, pos = StreamAccumulator(), 0
+    for size in cuts:
+        acc.feed_bytes(blob[pos : pos + size])
+        pos += size
+    acc.feed_bytes(blob[pos:])
+    c = acc.finish()
+    assert (c.reasoning, c.content, c.completion_tokens) == ("ré", "sum 日本", 2)
+
+
+def test_stream_event_of_several_megabytes():
+    big = chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "x" * 5_000_000}]})
+    acc = StreamAccumulator()
+    blob = b"\n".join(sse(chunk({"content": "a"}, finish="stop"), big,
+                          {"choices": [], "usage": {"completion_tokens": 1}}, b"[DONE]")) + b"\n"
+    for i in range(0, len(blob), 8192):
+        acc.feed_bytes(blob[i : i + 8192])
+    assert acc.finish().content == "a"

@@ -7,7 +7,6 @@ rejected rows are listed, and the API key appears in nothing the run leaves behi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -16,52 +15,13 @@ import sys
 import time
 
 import pytest
-from conftest import SECRET, SimProcess, draftgen, run_args, write_prompts
+from conftest import SECRET, SimProcess, check_against_truth, draftgen, read_jsonl, run_args, write_prompts
 
 FAULTS = [("rate_limit", 0.05), ("overloaded", 0.03), ("server_error", 0.03), ("error_200", 0.03),
           ("finish_error", 0.03), ("midstream_error", 0.03), ("drop", 0.03), ("empty", 0.03),
           ("budget_in_flight", 0.02), ("rate_limit_no_header", 0.02), ("malformed_json", 0.02)]
 QUIRKS = [("drift", 0.08), ("strip_whitespace", 0.05), ("leak_eot", 0.1), ("no_split", 0.1),
           ("empty_reasoning", 0.08), ("tool_call_text", 0.08), ("reasoning_content_field", 0.1)]
-
-
-# The simulator's provider that strips whitespace whenever the strip_whitespace quirk is on.
-STRIPPING_PROVIDER = "Chutes"
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def check_against_truth(out, sim, export_path):
-    truth = {t["generation_id"]: t for t in sim.truth()}
-    rows = read_jsonl(export_path)
-    assert rows, "nothing was exported"
-    assert len({r["id"] for r in rows}) == len(rows), "a sample was exported twice"
-    db = sqlite3.connect(out / "draftgen.sqlite")
-    stored = db.execute("SELECT count(*) FROM completions").fetchone()[0]
-    failures = db.execute("SELECT count(*) FROM failures").fetchone()[0]
-    assert len(rows) == stored and failures == 0
-    exact = flagged = 0
-    for row in rows:
-        record = truth[row["generation_id"]]
-        truth_ids = record["prompt_ids"] + record["completion_ids"]
-        assert len(row["loss_mask"]) == len(row["input_ids"])
-        assert row["loss_mask"] == [0] * len(record["prompt_ids"]) + [1] * len(record["completion_ids"]) or not row["verified"]
-        truncated = record["finish_reason"] == "length"
-        if record["text_exact"] and not truncated:
-            if row["verify_reason"] == "provider_strips_whitespace":
-                # Unprovable, not wrong: this provider strips, and a strip here is invisible.
-                assert record["provider"] == STRIPPING_PROVIDER
-                flagged += 1
-                continue
-            assert row["verified"], (row["verify_reason"], record["quirks"])
-            assert row["input_ids"] == truth_ids, record["quirks"]
-            exact += 1
-        else:
-            assert not row["verified"], record["quirks"]
-            flagged += 1
-    return exact, flagged, rows
 
 
 @pytest.mark.parametrize("tokenizer, stream", [

@@ -66,6 +66,8 @@ SPECIAL_IDS = {
     "kimi-k2.5": KIMI_IDS,
     "kimi-k2-thinking": KIMI_IDS,
     "qwen3": QWEN3_IDS,
+    "qwen3-thinking-2507": QWEN3_IDS,
+    "qwen3-instruct-2507": QWEN3_IDS,
     "deepseek-v4": DEEPSEEK_IDS,
 }
 
@@ -141,7 +143,7 @@ def test_unknown_name_is_a_value_error_naming_the_fixtures(tmp_path):
         build_fixture("llama-9", cache_dir=tmp_path)
     assert str(excinfo.value) == (
         "unknown tokenizer fixture 'llama-9': use one of deepseek-v4, kimi-k2-thinking, "
-        "kimi-k2.5, qwen3"
+        "kimi-k2.5, qwen3, qwen3-instruct-2507, qwen3-thinking-2507"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -86,3 +86,26 @@ def test_reader_never_raises_on_arbitrary_bytes(tmp_path_factory, data):
         assert isinstance(item, (Conversation, Rejection))
         if isinstance(item, Rejection):
             assert item.reason and item.line >= 1
+
+
+def test_hostile_rows(tmp_path, monkeypatch):
+    import draftgen.ingest as ingest
+
+    monkeypatch.setattr(ingest, "MAX_ROW_BYTES", 1 << 20)
+    nested = "[" * 5000 + "]" * 5000
+    lines = [
+        json.dumps({"messages": [{"role": "user", "content": "x" * (2 << 20)}]}),  # 2 MiB: too big
+        json.dumps({"messages": [{"role": "user", "content": "y" * 500_000}]}),  # big but fine
+        '{"messages": [{"role": "user", "content": "a"}], "deep": ' + nested + "}",
+        json.dumps({"messages": [{"role": "user", "content": "ctrl \u0000\u0007\u001b[31m"}]}),
+        json.dumps({"messages": [{"role": "user", "content": "<|im_end|><think>"}]}),
+        json.dumps({"messages": [{"role": "user", "content": "ok"}]}),
+    ]
+    path = write_lines(tmp_path / "hostile.jsonl", lines)
+    items = list(read_conversations([path]))
+    assert [type(i).__name__ for i in items] == [
+        "Rejection", "Conversation", "Rejection", "Conversation", "Conversation", "Conversation"]
+    assert items[0].reason == "row is 2 MiB, over the 1 MiB limit of one row; split or shorten it"
+    assert items[0].line == 1 and items[2].line == 3 and items[5].line == 6
+    assert items[2].reason.startswith("line is not valid JSON")
+    assert items[3].messages[0]["content"] == "ctrl \u0000\u0007\u001b[31m"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -80,6 +81,14 @@ def test_ctrl_c_stops_sending_and_stores_what_was_in_flight(tmp_path):
         assert "stopping; waiting up to 30 s for" in stderr and "interrupted" in stderr
         # Every response the server produced reached the store: nothing in flight was thrown away.
         assert stored_count(out) == len(sim.truth()) < 150
+        # The interrupted run reconstructed what it reached in the background; export does the
+        # rest, so nothing paid is unusable.
+        result = draftgen("export", str(out), "--format", "specforge", "--out",
+                          str(tmp_path / "x.jsonl"), "--include-unverified")
+        assert result.returncode == 0, result.stderr
+        done_late = re.search(r"reconstructed (\d+) samples", result.stdout)
+        assert done_late is None or int(done_late.group(1)) <= stored_count(out)
+        assert len((tmp_path / "x.jsonl").read_text().splitlines()) == stored_count(out)
     finally:
         sim.stop()
 

@@ -103,6 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-insecure-http", action="store_true", help="allow plain http to a non-loopback host"
     )
     run.add_argument(
+        "--backend",
+        choices=("openrouter", "vllm", "sglang"),
+        default="openrouter",
+        help="wire format: openrouter (text; ids rebuilt and verified) or a vllm / sglang server "
+        "that returns the generated ids themselves (default openrouter)",
+    )
+    run.add_argument(
+        "--logprobs",
+        action="store_true",
+        help="ask for logprobs: where a provider returns token bytes, the content's ids are "
+        "taken from them (id_source logprobs) and the text path is checked against them",
+    )
+    run.add_argument(
         "--max-cost",
         type=float,
         metavar="USD",
@@ -140,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
     simulate.add_argument("--tokenizer", required=True, metavar="DIR_OR_ID")
     simulate.add_argument("--profile", metavar="NAME")
+    simulate.add_argument(
+        "--dialect",
+        choices=("openrouter", "vllm", "sglang"),
+        default="openrouter",
+        help="answer as OpenRouter (text only) or as a vllm / sglang server with token ids",
+    )
     simulate.add_argument("--host", default="127.0.0.1")
     simulate.add_argument("--port", type=int, default=8000)
     simulate.add_argument("--seed", type=int, default=0)
@@ -228,6 +247,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         retry_base_delay=args.retry_base_delay,
         allow_insecure_http=args.allow_insecure_http,
+        backend=args.backend,
+        logprobs=args.logprobs,
         max_cost=args.max_cost,
         max_retries=args.max_retries,
         shutdown_grace=args.shutdown_grace,
@@ -252,10 +273,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from draftgen.export import export
-    from draftgen.pipeline import open_existing
+    from draftgen.pipeline import open_existing, reconstruct_pending
 
     store = open_existing(args.run_dir)
     try:
+        made = reconstruct_pending(store)
+        if made:
+            print(f"reconstructed {made} samples the run had not reached (it was interrupted)")
         written = export(store, args.format, args.out, args.include_unverified)
     finally:
         store.close()
@@ -297,6 +321,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         truth_path=args.truth,
         fatal_after=args.fatal_after,
         stall_seconds=args.stall_seconds,
+        dialect=args.dialect,
     )
     serve_forever(config, host=args.host, port=args.port)
     return 0
@@ -318,7 +343,28 @@ def format_status(counts: dict, run_dir: Path) -> str:
     ):
         lines.append(f"  {title}:" + ("" if table else " none"))
         lines.extend(f"    {name:<28} {count}" for name, count in table.items())
+    lines.extend(format_exactness(counts.get("exactness") or {}))
     return "\n".join(lines)
+
+
+def format_exactness(exactness: dict) -> list[str]:
+    """Where the ids came from, how many are proven, and how far the text path can be trusted."""
+    sources = exactness.get("id_sources") or {}
+    lines = ["  exactness:" + ("" if sources else " none")]
+    for source, row in sources.items():
+        share = row["verified"] / row["samples"] if row["samples"] else 0.0
+        lines.append(
+            f"    ids from {source:<19} {row['samples']}  verified {row['verified']} ({share:.1%})"
+        )
+    checks = exactness.get("text_checks") or {}
+    if checks:
+        agreement = exactness.get("text_agreement") or 0.0
+        lines.append(
+            f"    text path agrees with server ids in {agreement:.1%} of "
+            f"{sum(checks.values())} samples:"
+        )
+        lines.extend(f"      {name:<26} {count}" for name, count in checks.items())
+    return lines
 
 
 def _rates(pairs: list[str], flag: str) -> dict[str, float]:

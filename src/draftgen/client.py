@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from draftgen.backends import Backend
 from draftgen.backends.openrouter import (
     ApiError,
     StreamAccumulator,
@@ -135,10 +136,13 @@ class ChatClient:
         idle_timeout: float = 300.0,
         max_retries: int | None = None,
         budget: SpendGuard | None = None,
+        backend: Backend | None = None,
     ) -> None:
         """``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
         that could pass a spending limit."""
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.backend = backend
+        path = backend.path if backend is not None else "/chat/completions"
+        self.url = base_url.rstrip("/") + path
         self._api_key = api_key
         self.retry = retry or RetryPolicy()
         self.limiter = AdaptiveLimiter(concurrency)
@@ -222,11 +226,13 @@ class ChatClient:
                     raise error_from_status(
                         response.status, response.headers.get("Retry-After"), payload
                     )
+                backend = self.backend
                 if not stream:
-                    return parse_completion(await response.read())
-                accumulator = StreamAccumulator()
-                async for line in response.content:
-                    accumulator.feed_line(line)
+                    parse = backend.parse_completion if backend else parse_completion
+                    return parse(await response.read())
+                accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
+                async for data in response.content.iter_any():
+                    accumulator.feed_bytes(data)
                     if accumulator.done:
                         break
                 return accumulator.finish()

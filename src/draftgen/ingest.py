@@ -16,6 +16,8 @@ import orjson
 
 OPENAI_ROLES = frozenset({"system", "user", "assistant", "tool"})
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant"}
+# One row larger than this is refused without being held in memory whole.
+MAX_ROW_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,33 @@ def read_conversations(paths: list[str]) -> Iterator[Conversation | Rejection]:
 def _read_file(path: str) -> Iterator[Conversation | Rejection]:
     label = os.path.basename(path)
     with open(path, "rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
+        line_no = 0
+        while raw := handle.readline(MAX_ROW_BYTES + 1):
+            line_no += 1
+            if len(raw) > MAX_ROW_BYTES and not raw.endswith(b"\n"):
+                size = len(raw) + _skip_rest_of_line(handle)
+                yield Rejection(
+                    input=path,
+                    line=line_no,
+                    reason=f"row is {size / 2**20:.0f} MiB, over the {MAX_ROW_BYTES >> 20} MiB "
+                    "limit of one row; split or shorten it",
+                )
+                continue
             if not raw.strip():
                 continue
             try:
                 yield parse_row(raw, label=label, input=path, line=line_no)
             except RowError as exc:
                 yield Rejection(input=path, line=line_no, reason=str(exc))
+
+
+def _skip_rest_of_line(handle) -> int:
+    skipped = 0
+    while chunk := handle.readline(1 << 20):
+        skipped += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
 
 
 def parse_row(raw: bytes, *, label: str, input: str, line: int) -> Conversation:

@@ -8,10 +8,12 @@ k+1 needs turn k's regenerated answer); identical turns in flight at once are re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +22,15 @@ from urllib.parse import urlparse
 import orjson
 
 from draftgen import __version__
-from draftgen.backends.openrouter import request_body
+from draftgen.backends import Backend, UnknownBackendError, get_backend
 from draftgen.budget import BudgetReached, SpendGuard
 from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy, RunStopped
 from draftgen.ingest import Conversation, Rejection, read_conversations
 from draftgen.plan import TurnPlan, build_messages, plan_turns
 from draftgen.profiles import ModelProfile, detect_profile, get_profile
 from draftgen.progress import ProgressDisplay, RunProgress
-from draftgen.reconstruct import COMPLETE_FINISH_REASONS, reconstruct_sample, strip_is_invisible
+from draftgen.reconstruct import COMPLETE_FINISH_REASONS, strip_is_invisible
+from draftgen.reconstruct_batch import reconstruct_batches
 from draftgen.records import GenerationSettings
 from draftgen.store import CompletionWriter, RunLock, Store, StoreError
 from draftgen.tokenizer import full_vocab, load_tokenizer
@@ -60,6 +63,8 @@ class RunOptions:
     max_cost: float | None = None  # dollars (credits) for the whole run directory
     max_retries: int | None = 20_000  # retries across the run, all requests together
     shutdown_grace: float = 30.0  # seconds in-flight responses get after Ctrl-C
+    backend: str = "openrouter"  # wire format: openrouter (text) | vllm | sglang (server ids)
+    logprobs: bool = False  # ask for logprobs: token bytes that give content ids exactly
 
 
 @dataclass
@@ -123,20 +128,24 @@ async def run(options: RunOptions) -> RunSummary:
             base_url, api_key = simulator.base_url, "simulator"
         else:
             check_base_url(base_url, options.allow_insecure_http)
-            if not api_key:
+            if not api_key and resolve_backend(options.backend).needs_api_key:
                 raise RunError(
                     f"environment variable {options.api_key_env} is not set; export your API key "
                     "in it or name another one with --api-key-env"
                 )
         store.set_meta("tokenizer", options.tokenizer)
         store.set_meta("profile", profile.name)
+        reconstruction = BackgroundReconstruction(options.out, options.tokenizer, profile)
         try:
             progress = await _generate(options, store, settings, base_url, api_key)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await reconstruction.finish(interrupted=True)
+            raise
         finally:
             if simulator is not None:
                 await simulator.close()
-        if progress.stopped != "interrupted":
-            await asyncio.to_thread(reconstruct_all, store, options.tokenizer, profile)
+        await reconstruction.finish(interrupted=progress.stopped == "interrupted")
         return RunSummary(progress=progress, counts=store.counts(), stopped=progress.stopped)
     finally:
         lock.release()
@@ -151,8 +160,16 @@ async def _start_embedded_simulator(options: RunOptions):
         profile=options.profile,
         faults={"rate_limit": 0.02, "server_error": 0.02, "drop": 0.01, "empty": 0.02},
         quirks={"drift": 0.03, "leak_eot": 0.05, "no_split": 0.05, "strip_whitespace": 0.02},
+        dialect=options.backend,
     )
     return await start_simulator(config)
+
+
+def resolve_backend(name: str) -> Backend:
+    try:
+        return get_backend(name)
+    except UnknownBackendError as exc:
+        raise RunError(str(exc)) from None
 
 
 async def _generate(
@@ -164,6 +181,8 @@ async def _generate(
     writer = CompletionWriter(store.path)
     queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
     retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
+    backend = resolve_backend(options.backend)
+    stream = options.stream and backend.can_stream
     budget = None
     if options.max_cost is not None:
         counts = store.counts()
@@ -176,6 +195,7 @@ async def _generate(
         idle_timeout=options.idle_timeout,
         max_retries=options.max_retries,
         budget=budget,
+        backend=backend,
     )
     stop = asyncio.Event()
 
@@ -189,11 +209,13 @@ async def _generate(
 
     async def generate_turn(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
         messages = build_messages(plan, answers)
-        body = orjson.dumps(request_body(settings, messages, plan.tools, options.stream))
+        body = orjson.dumps(
+            backend.request_body(settings, messages, plan.tools, stream, options.logprobs)
+        )
         request = orjson.dumps({"messages": messages, "tools": plan.tools})
         started = time.monotonic()
         try:
-            completion, errors = await client.complete(body, options.stream)
+            completion, errors = await client.complete(body, stream)
         except GenerationFailed as exc:
             attempts = len(exc.errors)
             await writer.add_failure(
@@ -302,6 +324,15 @@ async def _generate(
             if problem:
                 _reject(Rejection(item.input, item.line, problem))
                 continue
+            if _all_stored(plans, stored):
+                # A resume: what a worker would do with this chain is count it, so do it here
+                # and reach the first missing turn without a queue round trip per stored row.
+                progress.turns_reused += len(plans)
+                progress.rows_done += 1
+                if progress.rows_done % 512 == 0:
+                    await asyncio.sleep(0)  # let signals, workers and the display in
+                    display.refresh()
+                continue
             await queue.put(plans)
             display.refresh()
         for _ in range(options.concurrency):
@@ -377,6 +408,17 @@ async def _generate(
     return progress
 
 
+def _all_stored(plans: list[TurnPlan], stored: dict[str, tuple[str, str | None]]) -> bool:
+    """Whether every turn is stored and all but the last complete (nothing left to do)."""
+    for index, plan in enumerate(plans):
+        answer = stored.get(plan.key)
+        if answer is None:
+            return False
+        if answer[1] not in COMPLETE_FINISH_REASONS and index + 1 < len(plans):
+            return False
+    return True
+
+
 def _duplicate_id(
     conversation: Conversation, plans: list[TurnPlan], seen: dict[str, tuple[str, str, int]]
 ) -> str | None:
@@ -394,27 +436,63 @@ def _duplicate_id(
 
 
 def reconstruct_all(
-    store: Store, tokenizer_spec: str, profile: ModelProfile, batch: int = 256
+    store: Store,
+    tokenizer_spec: str,
+    profile: ModelProfile,
+    batch: int = 256,
+    follow: threading.Event | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
-    """Build and verify a sample for each completion without one (all, if the tokenizer changed)."""
+    """Build and verify a sample for each completion without one (all, if the tokenizer changed).
+
+    With ``follow``, completions a running generation stores are taken as they come, until
+    ``follow`` is set; ``stop`` ends early (what is made is kept, the rest waits for a resume).
+    """
     fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
     if store.meta("reconstruction") != fingerprint:
         store.clear_samples()
         store.set_meta("reconstruction", fingerprint)
     tokenizer = load_tokenizer(tokenizer_spec)
-    pending = []
     made = 0
-    for stored in list(store.completions(without_sample=True)):
-        pending.append(reconstruct_sample(stored, tokenizer, profile))
-        if len(pending) >= batch:
-            store.add_samples(pending)
-            made += len(pending)
-            pending = []
-    if pending:
-        store.add_samples(pending)
-        made += len(pending)
+    # Batches are read, encoded on every core and written in turn: memory holds two batches.
+    pending = store.pending_completions(batch, follow=follow, stop=stop)
+    for samples in reconstruct_batches(pending, tokenizer, profile):
+        store.add_samples(samples)
+        made += len(samples)
     flag_invisible_strips(store, tokenizer, profile)
     return made
+
+
+class BackgroundReconstruction:
+    """``reconstruct_all`` in a thread of its own, following the completions a run stores.
+
+    Its own connection reads what the writer commits; the Rust encoder releases the GIL, so
+    reconstruction overlaps generation instead of waiting for it, and the event loop never
+    runs tokenizer or SQLite work.
+    """
+
+    def __init__(self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile) -> None:
+        self.generation_done = threading.Event()
+        self.stop = threading.Event()
+        self._task = asyncio.ensure_future(
+            asyncio.to_thread(self._run, run_dir, tokenizer_spec, profile)
+        )
+
+    def _run(self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile) -> int:
+        store = Store(run_dir)
+        try:
+            return reconstruct_all(
+                store, tokenizer_spec, profile, follow=self.generation_done, stop=self.stop
+            )
+        finally:
+            store.close()
+
+    async def finish(self, interrupted: bool = False) -> int:
+        """Wait for the rest to be reconstructed (for the batch in hand only, if interrupted)."""
+        if interrupted:
+            self.stop.set()
+        self.generation_done.set()
+        return await asyncio.shield(self._task)
 
 
 def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int:
@@ -437,6 +515,14 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     if flags:
         store.flag_samples(flags)
     return len(flags)
+
+
+def reconstruct_pending(store: Store) -> int:
+    """Reconstruct completions a run stored but did not reach (an interrupted run)."""
+    spec, name = store.meta("tokenizer"), store.meta("profile")
+    if not spec or not name or not store.counts()["unreconstructed"]:
+        return 0
+    return reconstruct_all(store, spec, get_profile(name))
 
 
 def open_existing(run_dir: Path) -> Store:

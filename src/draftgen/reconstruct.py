@@ -5,6 +5,9 @@ Completion ids come from ``reasoning + think_end + content + end_of_turn``, shap
 prompt ends (``<think>`` already open, thinking closed, or the model opens it itself). Where the
 text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking),
 every reading is encoded and the provider's ``completion_tokens`` picks the one it generated.
+Structured ``tool_calls`` are rebuilt as the profile's markup after the content. Ids a server
+returned (vLLM, SGLang) are the sample and logprob token bytes give the content's ids; the text
+path still runs beside them and its agreement is ``TokenSample.text_check``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
-from draftgen.profiles import ModelProfile
+from draftgen.profiles import ModelProfile, ToolCallFormatError, ToolCallMarkup
 from draftgen.records import Completion, StoredCompletion, TokenSample
-from draftgen.verify import verify_sample
+from draftgen.verify import (
+    TOOL_CALLS_REBUILT,
+    TOOL_CALLS_UNREBUILT,
+    verify_logprob_ids,
+    verify_sample,
+    verify_server_ids,
+)
+
+# ``TokenSample.text_check`` values besides a text-path reason code.
+TEXT_AGREES = "agrees"
+TEXT_IDS_DIFFER = "ids_differ"
 
 COMPLETE_FINISH_REASONS = ("stop", "tool_calls")
 # Whitespace a provider may strip from the edges of content (Kimi/DeepSeek parsers, ``str.strip``).
@@ -29,6 +42,12 @@ class CompletionReading:
     texts: list[str]
     notes: list[str] = field(default_factory=list)
     complete: bool = True
+    # Notes that hold for one reading only (parallel to ``texts``; empty means none).
+    text_notes: list[tuple[str, ...]] = field(default_factory=list)
+
+    def notes_of(self, index: int) -> list[str]:
+        extra = self.text_notes[index] if index < len(self.text_notes) else ()
+        return [*self.notes, *extra]
 
 
 def prompt_mode(prompt_text: str, profile: ModelProfile) -> str:
@@ -74,10 +93,164 @@ def read_completion(
         bodies = [opened + reasoning + profile.think_end + content]
         if opened and not reasoning:
             bodies.append(content)  # a model that writes no think block at all
-    return CompletionReading([body + suffix for body in bodies], notes, complete)
+    markups = [ToolCallMarkup("")]
+    if completion.tool_calls:
+        try:
+            markups = profile.tool_call_markups(completion.tool_calls, content)
+        except ToolCallFormatError as exc:
+            notes.append(f"{TOOL_CALLS_UNREBUILT}: {exc}")
+        else:
+            notes.append(TOOL_CALLS_REBUILT)
+    texts = [body + markup.text + suffix for body in bodies for markup in markups]
+    text_notes = [markup.notes for _ in bodies for markup in markups]
+    return CompletionReading(texts, notes, complete, text_notes)
 
 
 def reconstruct_sample(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
+) -> TokenSample:
+    """The sample of one stored completion: the server's ids if it gave them, else the text's.
+
+    With server ids the text reconstruction still runs; whether it agrees is ``text_check``.
+    """
+    text_sample = reconstruct_from_text(stored, tokenizer, profile)
+    completion = stored.completion
+    if completion.prompt_token_ids is None or completion.completion_token_ids is None:
+        if completion.logprob_bytes is not None:
+            return reconstruct_from_logprobs(stored, tokenizer, profile, text_sample)
+        return text_sample
+    prompt_ids = list(completion.prompt_token_ids)
+    completion_ids = list(completion.completion_token_ids)
+    server_ids = prompt_ids + completion_ids
+    text_check = text_check_of(text_sample, server_ids)
+    template_agrees = text_sample.input_ids[: text_sample.prompt_len] == prompt_ids
+    verdict = verify_server_ids(
+        stored=stored,
+        profile=profile,
+        prompt_ids=prompt_ids,
+        completion_ids=completion_ids,
+        template_agrees=template_agrees,
+    )
+    return TokenSample(
+        key=stored.key,
+        input_ids=server_ids,
+        prompt_len=len(prompt_ids),
+        verified=verdict.verified,
+        reason=verdict.reason,
+        detail=verdict.detail,
+        truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
+        id_source="server",
+        text_check=text_check,
+    )
+
+
+def text_check_of(text_sample: TokenSample, ids: list[int]) -> str:
+    """How the text path fared against exact ids: agrees, ids_differ, or its own reason."""
+    if not text_sample.verified:
+        return text_sample.reason
+    return TEXT_AGREES if text_sample.input_ids == ids else TEXT_IDS_DIFFER
+
+
+def reconstruct_from_logprobs(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile, text_sample: TokenSample
+) -> TokenSample:
+    """Content ids from logprob token bytes, the rest of the turn from text; else the text sample.
+
+    Only the content is covered by logprobs, so the reading's text before the content (reasoning,
+    think delimiters) and after it (end of turn) is encoded, and the provider's count picks the
+    reading. Structured tool calls are left to the text path: their markup is not content.
+    """
+    completion = stored.completion
+
+    def unusable(why: str) -> TokenSample:
+        detail = "; ".join(d for d in (text_sample.detail, f"logprobs_unusable: {why}") if d)
+        return replace(text_sample, detail=detail)
+
+    if completion.tool_calls:
+        return unusable("structured tool calls are rebuilt from text")
+    table = token_bytes_table(tokenizer)
+    logprob_ids = [table.get(token) for token in completion.logprob_bytes or ()]
+    if None in logprob_ids:
+        return unusable("a logprob token's bytes are not one token of this tokenizer")
+    prompt_text = tok.render_prompt(tokenizer, stored.messages, stored.tools)
+    prompt_ids = tok.encode(tokenizer, prompt_text)
+    reading = read_completion(completion, prompt_text, profile)
+    content = completion.content or ""
+    while content.endswith(profile.end_of_turn):
+        content = content[: -len(profile.end_of_turn)]
+    suffix = profile.end_of_turn if reading.complete else ""
+    tail = content + suffix
+    expected = completion.completion_tokens
+    for text in reading.texts:
+        if not text.endswith(tail):
+            continue
+        head = tok.encode(tokenizer, text[: len(text) - len(tail)])
+        for end in (tok.encode(tokenizer, suffix), []):
+            ids = head + logprob_ids + end
+            if expected is not None and len(ids) != expected:
+                continue
+            verdict = verify_logprob_ids(
+                stored=stored,
+                profile=profile,
+                prompt_ids=prompt_ids,
+                logprob_text=tok.decode(tokenizer, logprob_ids),
+                notes=reading.notes,
+            )
+            return TokenSample(
+                key=stored.key,
+                input_ids=prompt_ids + ids,
+                prompt_len=len(prompt_ids),
+                verified=verdict.verified,
+                reason=verdict.reason,
+                detail=verdict.detail,
+                truncated=not reading.complete,
+                id_source="logprobs",
+                text_check=text_check_of(text_sample, prompt_ids + ids),
+            )
+    return unusable("no reading with the logprob tokens matches the completion count")
+
+
+_TOKEN_BYTES_TABLES: dict[int, tuple[Any, dict[bytes, int]]] = {}
+
+
+def token_bytes_table(tokenizer: Any) -> dict[bytes, int]:
+    """bytes -> id for every token (ordinary ones first; specials by their text), cached."""
+    cached = _TOKEN_BYTES_TABLES.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    decoder = _byte_decoder()
+    special_ids = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    table: dict[bytes, int] = {}
+    specials: list[tuple[bytes, int]] = []
+    for token, index in tokenizer.get_vocab().items():
+        if index in special_ids:
+            specials.append((token.encode("utf-8"), index))
+            continue
+        try:
+            raw = bytes(decoder[ch] for ch in token)
+        except KeyError:  # not a byte-level vocabulary entry
+            raw = tok.decode(tokenizer, [index]).encode("utf-8")
+        table.setdefault(raw, index)
+    for raw, index in specials:
+        table.setdefault(raw, index)
+    _TOKEN_BYTES_TABLES[id(tokenizer)] = (tokenizer, table)
+    return table
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode, the alphabet of byte-level BPE vocabularies."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    mapping = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in printable:
+            mapping[chr(256 + shifted)] = b
+            shifted += 1
+    return mapping
+
+
+def reconstruct_from_text(
     stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
 ) -> TokenSample:
     completion = stored.completion
@@ -98,7 +271,7 @@ def reconstruct_sample(
         completion_ids=completion_ids,
         completion_text=reading.texts[chosen],
         decoded_text=tok.decode(tokenizer, completion_ids),
-        notes=reading.notes,
+        notes=reading.notes_of(chosen),
         whitespace_repair=repair,
     )
     return TokenSample(

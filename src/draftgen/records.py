@@ -30,6 +30,11 @@ class Completion:
     native_finish_reason: str | None
     usage: dict = field(default_factory=dict)
     raw_message: dict = field(default_factory=dict)
+    # Exact ids from a server that returns them (vLLM, SGLang); None from text-only APIs.
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    # The bytes of each content token, from ``logprobs`` (None if not asked or not returned).
+    logprob_bytes: list[bytes] | None = None
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -74,6 +79,9 @@ class TokenSample:
     detail: str = ""
     truncated: bool = False
     id_source: str = "text"
+    # With server ids: "agrees" if the text path rebuilt the same ids and proved them, else the
+    # text path's reason (or "ids_differ"); "" when the text path is the only one.
+    text_check: str = ""
 
     @property
     def loss_mask(self) -> list[int]:

@@ -9,6 +9,7 @@ The store knows rows, not providers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import fcntl
 import os
@@ -70,7 +71,17 @@ CREATE TABLE IF NOT EXISTS samples (
     reason TEXT NOT NULL,
     detail TEXT NOT NULL,
     truncated INTEGER NOT NULL,
-    id_source TEXT NOT NULL
+    id_source TEXT NOT NULL,
+    text_check TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS server_ids (
+    key TEXT PRIMARY KEY,
+    prompt_ids BLOB NOT NULL,
+    completion_ids BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS logprob_tokens (
+    key TEXT PRIMARY KEY,
+    token_bytes BLOB NOT NULL
 );
 """
 
@@ -87,8 +98,20 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_SAMPLE = """
 INSERT OR REPLACE INTO samples (key, input_ids, prompt_len, verified, reason, detail, truncated,
-    id_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    id_source, text_check) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+INSERT_SERVER_IDS = """
+INSERT OR IGNORE INTO server_ids (key, prompt_ids, completion_ids) VALUES (?, ?, ?)
+"""
+
+
+SELECT_COMPLETIONS = (
+    "SELECT c.*, i.prompt_ids AS server_prompt_ids,"
+    " i.completion_ids AS server_completion_ids, l.token_bytes AS logprob_token_bytes"
+    " FROM completions c LEFT JOIN server_ids i ON i.key = c.key"
+    " LEFT JOIN logprob_tokens l ON l.key = c.key"
+)
+INSERT_LOGPROB_TOKENS = "INSERT OR IGNORE INTO logprob_tokens (key, token_bytes) VALUES (?, ?)"
 
 
 class StoreError(RuntimeError):
@@ -114,6 +137,7 @@ class Store:
             self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.db = connect(self.path)
             self.db.executescript(SCHEMA)
+            _add_missing_columns(self.db)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store in {self.run_dir}: {exc}") from None
 
@@ -162,13 +186,60 @@ class Store:
         }
 
     def completions(self, without_sample: bool = False) -> Iterator[StoredCompletion]:
-        sql = "SELECT * FROM completions"
+        sql = SELECT_COMPLETIONS
         if without_sample:
-            sql += " WHERE key NOT IN (SELECT key FROM samples)"
+            sql += " WHERE c.key NOT IN (SELECT key FROM samples)"
         cursor = self.db.execute(sql + " ORDER BY source_id, turn")
         names = [d[0] for d in cursor.description]
         for values in cursor:
             yield _stored_completion(dict(zip(names, values, strict=True)))
+
+    def pending_completions(
+        self,
+        batch: int = 256,
+        follow: threading.Event | None = None,
+        stop: threading.Event | None = None,
+        poll: float = 0.05,
+    ) -> Iterator[list[StoredCompletion]]:
+        """Completions without a sample, ``batch`` at a time, in storage order.
+
+        No cursor stays open between batches, so samples can be written in between, and only
+        one batch is in memory however many completions the store holds. With ``follow``, keep
+        waiting for completions another connection stores until it is set, then take the rest
+        (from the start again: nothing committed meanwhile is missed). ``stop`` ends at once.
+        """
+        sql = (
+            SELECT_COMPLETIONS.replace("SELECT ", "SELECT c.rowid AS store_rowid, ", 1)
+            + " WHERE c.rowid > ? AND c.key NOT IN (SELECT key FROM samples)"
+            " ORDER BY c.rowid LIMIT ?"
+        )
+        after = 0
+        # Keys of the last batches handed out: their samples may not be written yet when the
+        # last pass starts over, and must not be handed out twice.
+        recent: collections.deque[set[str]] = collections.deque(maxlen=2)
+        last_pass = False
+        while stop is None or not stop.is_set():
+            following = follow is not None and not follow.is_set()
+            cursor = self.db.execute(sql, (after, batch))
+            names = [d[0] for d in cursor.description]
+            rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            if not rows:
+                if not following:
+                    if follow is None or after == 0:
+                        return
+                    follow, after, last_pass = None, 0, True  # the last pass, from the start
+                    continue
+                follow.wait(poll)
+                continue
+            after = rows[-1].pop("store_rowid")
+            if last_pass:
+                rows = [row for row in rows if not any(row["key"] in keys for keys in recent)]
+            else:
+                recent.append({row["key"] for row in rows})
+            for row in rows:
+                row.pop("store_rowid", None)
+            if rows:
+                yield [_stored_completion(row) for row in rows]
 
     def clear_samples(self) -> None:
         self.db.execute("DELETE FROM samples")
@@ -199,11 +270,13 @@ class Store:
         }
 
     def verified_contents(self, providers: set[str]) -> Iterator[tuple[str, str]]:
-        """(key, content) of every verified sample served by one of ``providers``."""
+        """(key, content) of every verified text-path sample served by one of ``providers``
+        (ids a server returned do not depend on what its text looked like)."""
         for provider in sorted(providers):
             yield from self.db.execute(
                 "SELECT c.key, coalesce(c.content, '') FROM samples s JOIN completions c"
-                " ON c.key = s.key WHERE s.verified = 1 AND coalesce(c.provider, '') = ?",
+                " ON c.key = s.key WHERE s.verified = 1 AND s.id_source = 'text'"
+                " AND coalesce(c.provider, '') = ?",
                 (provider,),
             ).fetchall()
 
@@ -290,6 +363,31 @@ class Store:
             "unreconstructed": one(
                 "SELECT count(*) FROM completions WHERE key NOT IN (SELECT key FROM samples)"
             )[0],
+            "exactness": self.exactness(),
+        }
+
+    def exactness(self) -> dict:
+        """Per id source (server | logprobs | text): samples, verified; and, where the server
+        gave the ids, how often the text path rebuilt exactly them (``text_check``)."""
+        by_source = {
+            source: {"samples": samples, "verified": verified}
+            for source, samples, verified in self.db.execute(
+                "SELECT id_source, count(*), coalesce(sum(verified = 1 AND truncated = 0), 0)"
+                " FROM samples GROUP BY id_source ORDER BY 2 DESC"
+            )
+        }
+        checks = dict(
+            self.db.execute(
+                "SELECT text_check, count(*) FROM samples WHERE text_check <> ''"
+                " GROUP BY text_check ORDER BY 2 DESC"
+            )
+        )
+        checked = sum(checks.values())
+        agrees = checks.get("agrees", 0)
+        return {
+            "id_sources": by_source,
+            "text_checks": checks,
+            "text_agreement": round(agrees / checked, 4) if checked else None,
         }
 
 
@@ -368,9 +466,18 @@ class CompletionWriter:
             latency,
             time.time(),
         )
-        await self._submit(
-            [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
-        )
+        statements = [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
+        if completion.prompt_token_ids is not None and completion.completion_token_ids is not None:
+            ids = (
+                key,
+                array("i", completion.prompt_token_ids).tobytes(),
+                array("i", completion.completion_token_ids).tobytes(),
+            )
+            statements.append((INSERT_SERVER_IDS, ids))
+        if completion.logprob_bytes is not None:
+            packed = orjson.dumps([token.hex() for token in completion.logprob_bytes])
+            statements.append((INSERT_LOGPROB_TOKENS, (key, packed)))
+        await self._submit(statements)
 
     async def add_failure(
         self, key: str, source_id: str, turn: int, reason: str, attempts: int, errors: list[dict]
@@ -430,6 +537,7 @@ def sample_row(sample: TokenSample) -> tuple:
         sample.detail,
         int(sample.truncated),
         sample.id_source,
+        sample.text_check,
     )
 
 
@@ -446,6 +554,13 @@ def _stored_completion(row: dict) -> StoredCompletion:
         native_finish_reason=row["native_finish_reason"],
         usage=orjson.loads(row["usage"]) if row["usage"] else {},
         raw_message=orjson.loads(row["raw_message"]) if row["raw_message"] else {},
+        prompt_token_ids=_ids_or_none(row.get("server_prompt_ids")),
+        completion_token_ids=_ids_or_none(row.get("server_completion_ids")),
+        logprob_bytes=(
+            [bytes.fromhex(t) for t in orjson.loads(row["logprob_token_bytes"])]
+            if row.get("logprob_token_bytes") is not None
+            else None
+        ),
     )
     return StoredCompletion(
         key=row["key"],
@@ -455,6 +570,21 @@ def _stored_completion(row: dict) -> StoredCompletion:
         tools=request.get("tools"),
         completion=completion,
     )
+
+
+def _ids_or_none(blob: bytes | None) -> list[int] | None:
+    if blob is None:
+        return None
+    ids = array("i")
+    ids.frombytes(blob)
+    return ids.tolist()
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Columns added after a store was first made (CREATE TABLE IF NOT EXISTS keeps old tables)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(samples)")}
+    if "text_check" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN text_check TEXT NOT NULL DEFAULT ''")
 
 
 def _json_or_none(value: object) -> str | None:

@@ -3,6 +3,8 @@
 A sample passes only if decoding its ids gives back the text, the prompt ids count equals
 ``usage.prompt_tokens`` and the completion ids count equals ``usage.completion_tokens``. Text alone
 cannot reveal a non-canonical segmentation or whitespace a provider removed; the counts can.
+Server ids are checked against the server's own counts (``verify_server_ids``), logprob content
+ids against the prompt count and the content they must spell (``verify_logprob_ids``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,21 @@ DECODE_MISMATCH = "decode_mismatch"
 REASONING_IN_NON_THINKING = "reasoning_in_non_thinking_prompt"
 CONTENT_FILTER = "content_filter"
 WHITESPACE_ALTERED = "whitespace_altered"
+# Structured tool calls were rebuilt as markup, but the count shows they are not what was generated
+# (the provider re-serialised the arguments in a way no reading reproduces, or renamed a call).
+TOOL_CALLS_INEXACT = "tool_calls_inexact"
+# The count picked a reading of the tool calls other than the provider's own text: arguments
+# re-serialised (key order and spacing cannot be proven by a count) or a call id rebuilt (Kimi's
+# ``functions.NAME:IDX`` index is not always the position). The ids are likely, not proven.
+TOOL_ARGUMENTS_RESERIALISED = "tool_arguments_reserialised"
+TOOL_CALL_ID_REBUILT = "tool_call_id_rebuilt"
+# Server ids (vLLM, SGLang) whose length disagrees with the server's own usage counts.
+SERVER_COUNT_MISMATCH = "server_count_mismatch"
+# Logprob token bytes that do not spell the delivered content (misaligned or another choice's).
+LOGPROB_TEXT_MISMATCH = "logprob_text_mismatch"
+# Notes left by the reading of a completion with structured tool calls.
+TOOL_CALLS_REBUILT = "tool_calls_rebuilt"
+TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"
 # Set after all samples are read: this provider strips whitespace somewhere, and a strip here
 # would not change the count, so the sample cannot be proven from text.
 PROVIDER_STRIPS_WHITESPACE = "provider_strips_whitespace"
@@ -51,9 +68,13 @@ def verify_sample(
     if special:
         details.append(f"special_text_in_prompt={special}")
     failures: list[tuple[str, str]] = []
-    if completion.tool_calls:
+    rebuilt = TOOL_CALLS_REBUILT in notes
+    if completion.tool_calls and not rebuilt:
         failures.append(
-            (STRUCTURED_TOOL_CALLS, "the API returned structured tool_calls, not raw markup")
+            (
+                STRUCTURED_TOOL_CALLS,
+                f"profile {profile.name} cannot rebuild the structured tool_calls as markup",
+            )
         )
     prompt_tokens, completion_tokens = completion.prompt_tokens, completion.completion_tokens
     if prompt_tokens is None or completion_tokens is None:
@@ -67,14 +88,124 @@ def verify_sample(
             counts = f"completion {len(completion_ids)} ids, provider {completion_tokens}"
             if whitespace_repair:
                 failures.append((WHITESPACE_ALTERED, f"{counts}; {whitespace_repair}"))
+            elif completion.tool_calls and rebuilt:
+                failures.append(
+                    (
+                        TOOL_CALLS_INEXACT,
+                        f"{counts}; no reading of the structured tool_calls as "
+                        f"{profile.name} markup matches the count",
+                    )
+                )
             else:
                 failures.append((COMPLETION_COUNT_MISMATCH, counts))
+    for note in notes:
+        if note.startswith(TOOL_ARGUMENTS_RESERIALISED + "="):
+            style = note.partition("=")[2]
+            failures.append(
+                (
+                    TOOL_ARGUMENTS_RESERIALISED,
+                    f"the provider re-serialised the tool-call arguments; the {style} reading "
+                    "matches the count, but key order and spacing cannot be proven by a count",
+                )
+            )
+        elif note == TOOL_CALL_ID_REBUILT:
+            failures.append(
+                (
+                    TOOL_CALL_ID_REBUILT,
+                    "the provider renamed the tool-call ids; rebuilt ones cannot be proven",
+                )
+            )
     if decoded_text != completion_text:
         failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
     if "reasoning_in_non_thinking_prompt" in notes:
         failures.append(
             (REASONING_IN_NON_THINKING, "reasoning returned for a prompt with thinking off")
         )
+    if completion.finish_reason == "content_filter":
+        failures.append((CONTENT_FILTER, "the provider filtered the completion"))
+    if failures:
+        details.extend(text for _, text in failures)
+        return Verdict(False, failures[0][0], "; ".join(details))
+    return Verdict(True, OK, "; ".join(details))
+
+
+def verify_server_ids(
+    *,
+    stored: StoredCompletion,
+    profile: ModelProfile,
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    template_agrees: bool,
+) -> Verdict:
+    """Ids the server generated are the training data; check them against its own counts.
+
+    A prompt rendered by the server's template differently from the local tokenizer's is still
+    what the model saw, so it is reported, not failed: text-only runs of it would be wrong.
+    """
+    completion = stored.completion
+    details: list[str] = []
+    special = special_text_in_prompt(stored.messages, profile)
+    if special:
+        details.append(f"special_text_in_prompt={special}")
+    if not template_agrees:
+        details.append("server_prompt_differs_from_local_template")
+    failures: list[tuple[str, str]] = []
+    if not completion_ids:
+        failures.append((SERVER_COUNT_MISMATCH, "the server returned no completion ids"))
+    for name, ids, count in (
+        ("prompt", prompt_ids, completion.prompt_tokens),
+        ("completion", completion_ids, completion.completion_tokens),
+    ):
+        if count is not None and len(ids) != count:
+            failures.append(
+                (SERVER_COUNT_MISMATCH, f"{name} {len(ids)} server ids, usage says {count}")
+            )
+    if completion.finish_reason == "content_filter":
+        failures.append((CONTENT_FILTER, "the provider filtered the completion"))
+    if failures:
+        details.extend(text for _, text in failures)
+        return Verdict(False, failures[0][0], "; ".join(details))
+    return Verdict(True, OK, "; ".join(details))
+
+
+def verify_logprob_ids(
+    *,
+    stored: StoredCompletion,
+    profile: ModelProfile,
+    prompt_ids: list[int],
+    logprob_text: str,
+    notes: list[str],
+) -> Verdict:
+    """Content ids from logprob token bytes: the model's own tokens, whatever the text shows.
+
+    The rest of the turn (reasoning, delimiters) is encoded from text, so the completion count
+    must match (the caller only builds readings that do); the prompt count is checked here, and
+    the logprob tokens must spell the delivered content (edge whitespace a provider stripped is
+    restored by them, and reported).
+    """
+    completion = stored.completion
+    details = list(notes)
+    special = special_text_in_prompt(stored.messages, profile)
+    if special:
+        details.append(f"special_text_in_prompt={special}")
+    failures: list[tuple[str, str]] = []
+    if completion.prompt_tokens is None:
+        failures.append((NO_USAGE, "the response carried no token counts to check against"))
+    elif len(prompt_ids) != completion.prompt_tokens:
+        failures.append(
+            (
+                PROMPT_COUNT_MISMATCH,
+                f"prompt {len(prompt_ids)} ids, provider {completion.prompt_tokens}",
+            )
+        )
+    content = completion.content or ""
+    while content.endswith(profile.end_of_turn):
+        content = content[: -len(profile.end_of_turn)]
+    if logprob_text != content:
+        if logprob_text.strip() == content.strip():
+            details.append("logprobs_restore_stripped_whitespace")
+        else:
+            failures.append((LOGPROB_TEXT_MISMATCH, "the logprob tokens do not spell the content"))
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
     if failures:

@@ -34,13 +34,20 @@ class ApiError(Exception):
 
 
 def request_body(
-    settings: GenerationSettings, messages: list[dict], tools: list | None, stream: bool
+    settings: GenerationSettings,
+    messages: list[dict],
+    tools: list | None,
+    stream: bool,
+    logprobs: bool = False,
 ) -> dict:
     body: dict = {"model": settings.model, "messages": messages, "stream": stream}
     if tools:
         body["tools"] = list(tools)
     if settings.max_tokens is not None:
         body["max_tokens"] = settings.max_tokens
+    if logprobs:
+        # Providers without support answer with logprobs null, silently (REFERENCE.md §2).
+        body["logprobs"] = True
     return body
 
 
@@ -113,6 +120,7 @@ def parse_completion(body: bytes) -> Completion:
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
         usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else {},
         raw_message=message,
+        logprob_bytes=logprob_bytes_of([choice.get("logprobs")]),
     )
     if completion.finish_reason == "error":
         raise _body_error(
@@ -129,6 +137,7 @@ class StreamAccumulator:
         self.reasoning: list[str] = []
         self.content: list[str] = []
         self.tool_calls: list = []
+        self.logprobs: list = []  # the choice's ``logprobs`` block of each chunk that had one
         self.finish_reason: str | None = None
         self.native_finish_reason: str | None = None
         self.usage: dict = {}
@@ -137,6 +146,21 @@ class StreamAccumulator:
         self.model: str | None = None
         self.done = False
         self.reasoning_field: str | None = None
+        self._partial: list[bytes] = []  # the unfinished last line, in pieces
+
+    def feed_bytes(self, data: bytes) -> None:
+        """Consume raw bytes as they arrive; lines may be split anywhere and be of any length
+        (an encrypted ``reasoning_details`` item can make one event several megabytes)."""
+        if b"\n" not in data:
+            self._partial.append(data)  # pieces, not concatenation: a long line stays linear
+            return
+        self._partial.append(data)
+        lines = b"".join(self._partial).split(b"\n")
+        self._partial = [lines.pop()]
+        for line in lines:
+            self.feed_line(line)
+            if self.done:
+                return
 
     def feed_line(self, line: bytes) -> None:
         """Consume one line of the event stream (comments and blank lines are skipped)."""
@@ -181,7 +205,10 @@ class StreamAccumulator:
             if isinstance(piece, str):
                 self.content.append(piece)
             if isinstance(delta.get("tool_calls"), list):
-                self.tool_calls.extend(delta["tool_calls"])
+                for piece in delta["tool_calls"]:
+                    merge_tool_call_delta(self.tool_calls, piece)
+            if isinstance(choice.get("logprobs"), dict):
+                self.logprobs.append(choice["logprobs"])
             finish = _str_or_none(choice.get("finish_reason"))
             if finish:
                 self.finish_reason = finish
@@ -192,6 +219,9 @@ class StreamAccumulator:
                 self.native_finish_reason = native
 
     def finish(self) -> Completion:
+        rest, self._partial = b"".join(self._partial), []
+        if rest and not self.done:
+            self.feed_line(rest)
         if not self.done and self.finish_reason is None:
             raise ApiError("connection_dropped", "the stream ended before its last event")
         message: dict = {"role": "assistant", "content": "".join(self.content)}
@@ -210,9 +240,53 @@ class StreamAccumulator:
             native_finish_reason=self.native_finish_reason,
             usage=self.usage,
             raw_message=message,
+            logprob_bytes=logprob_bytes_of(self.logprobs) if self.logprobs else None,
         )
         _reject_empty(completion)
         return completion
+
+
+def logprob_bytes_of(blocks: list) -> list[bytes] | None:
+    """The bytes of each content token in ``logprobs`` blocks (one per choice or chunk).
+
+    None unless every token carries its ``bytes``: a token's text alone cannot say which bytes
+    of a character split across tokens it held.
+    """
+    tokens: list[bytes] = []
+    seen = False
+    for block in blocks:
+        if not isinstance(block, dict) or not isinstance(block.get("content"), list):
+            continue
+        seen = True
+        for entry in block["content"]:
+            raw = entry.get("bytes") if isinstance(entry, dict) else None
+            if not isinstance(raw, list) or not all(
+                isinstance(b, int) and 0 <= b < 256 for b in raw
+            ):
+                return None
+            tokens.append(bytes(raw))
+    return tokens if seen else None
+
+
+def merge_tool_call_delta(calls: list, piece: object) -> None:
+    """Fold one streamed tool-call delta into ``calls``: the first delta of an ``index`` opens a
+    call (id, name), later ones append ``function.arguments`` fragments to it."""
+    if not isinstance(piece, dict):
+        return
+    index = piece.get("index")
+    index = index if isinstance(index, int) and not isinstance(index, bool) else len(calls)
+    while len(calls) <= index:
+        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    call = calls[index]
+    if isinstance(piece.get("id"), str):
+        call["id"] = piece["id"]
+    if isinstance(piece.get("type"), str):
+        call["type"] = piece["type"]
+    function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+    if isinstance(function.get("name"), str):
+        call["function"]["name"] += function["name"]
+    if isinstance(function.get("arguments"), str):
+        call["function"]["arguments"] += function["arguments"]
 
 
 def _reject_empty(completion: Completion) -> None:

@@ -26,7 +26,11 @@ FAULTS: tuple[str, ...] = (
     "midstream_error",  # stream: error event after some chunks (non-stream: finish_error)
     "stall",  # headers (and a keep-alive comment), then silence for stall_seconds
     "malformed_json",  # invalid JSON body / invalid data: line
+    "huge_body",  # a good completion carrying ~4 MB of encrypted reasoning_details (one SSE event)
 )
+
+# Faults after which the completion is still delivered whole (and billed).
+DELIVERING_FAULTS: frozenset[str] = frozenset({"huge_body"})
 
 # Faults that only count once more than ``fatal_after`` requests have arrived.
 FATAL_FAULTS: frozenset[str] = frozenset({"auth", "payment"})
@@ -41,9 +45,29 @@ QUIRKS: tuple[str, ...] = (
     "tool_call_text",  # raw tool-call markup inside content, tool_calls null
     "reasoning_content_field",  # reasoning delivered as "reasoning_content"
 )
+# Quirks of structured tool calls: they apply only when the request carried ``tools`` and the
+# model made a call (``tool_call_rate``). A reading recovers both, but cannot prove it.
+TOOL_CALL_QUIRKS: tuple[str, ...] = (
+    "reserialize_arguments",  # provider re-dumps the call's arguments JSON compactly
+    "rename_tool_call_id",  # provider replaces the model's call id with its own "call_..."
+)
+
+# Wire formats the simulator answers in: OpenRouter (text only), or a self-hosted server that
+# returns the generated ids (vLLM ``return_token_ids``; SGLang ``return_prompt_token_ids`` +
+# ``return_meta_info``, non-streaming only).
+DIALECTS: tuple[str, ...] = ("openrouter", "vllm", "sglang")
 
 # Quirks after which the generated ids cannot be rebuilt exactly from the delivered text.
-INEXACT_QUIRKS: frozenset[str] = frozenset({"drift", "strip_whitespace", "reasoning_excluded"})
+INEXACT_QUIRKS: frozenset[str] = frozenset(
+    {
+        "drift",
+        "strip_whitespace",
+        "reasoning_excluded",
+        # Recovered by a reading the count picks, but not provable (key order, call index).
+        "reserialize_arguments",
+        "rename_tool_call_id",
+    }
+)
 
 
 @dataclass
@@ -65,10 +89,15 @@ class SimConfig:
     model: str = "moonshotai/kimi-k2.5"  # listed by GET /models besides any model requested
     prompt_price: float = 0.0000006  # dollars (credits) per prompt token
     completion_price: float = 0.0000025  # dollars (credits) per completion token
+    dialect: str = "openrouter"  # one of DIALECTS
+    tool_call_rate: float = 0.5  # chance the model calls a tool when the request has ``tools``
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first setting that cannot work."""
-        for kind, rates, known in (("fault", self.faults, FAULTS), ("quirk", self.quirks, QUIRKS)):
+        for kind, rates, known in (
+            ("fault", self.faults, FAULTS),
+            ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS),
+        ):
             for name, rate in rates.items():
                 if name not in known:
                     raise ValueError(
@@ -81,6 +110,12 @@ class SimConfig:
                 f"token range {self.min_tokens}..{self.max_tokens} is empty: need "
                 "1 <= min_tokens <= max_tokens"
             )
+        if self.dialect not in DIALECTS:
+            raise ValueError(
+                f"unknown simulator dialect {self.dialect!r}: use one of {', '.join(DIALECTS)}"
+            )
+        if not 0.0 <= self.tool_call_rate <= 1.0:
+            raise ValueError(f"tool_call_rate {self.tool_call_rate} is not within 0..1")
         if self.chunk_tokens < 1:
             raise ValueError("chunk_tokens must be at least 1")
         if self.retry_after < 0 or self.latency < 0 or self.chunk_delay < 0:

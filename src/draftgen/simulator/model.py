@@ -141,7 +141,8 @@ def token_table(tokenizer_spec: str, profile: ModelProfile) -> TokenTable:
 
 
 def prompt_layout(prompt_text: str, profile: ModelProfile) -> str:
-    if prompt_text.endswith(profile.think_start):
+    # Qwen3-2507 thinking opens the block as "<think>\n": still forced.
+    if prompt_text.rstrip().endswith(profile.think_start):
         return FORCED
     if prompt_text.rstrip().endswith(profile.think_end):
         return DISABLED
@@ -164,7 +165,7 @@ class ModelOutput:
     """What the model generated: ground truth, before any provider touched it."""
 
     sections: list[Section]
-    finish_reason: str  # "stop" or "length"
+    finish_reason: str  # "stop", "tool_calls" or "length"
     quirks: list[str]  # model-side quirks that shaped these ids (drift, empty_reasoning, ...)
     layout: str
 
@@ -206,6 +207,9 @@ class Plan:
     drift: bool = False
     empty_reasoning: bool = False
     tool_call_text: bool = False
+    # A structured call the model makes when the request carried ``tools``:
+    # {"id", "name", "arguments"} with arguments as the model writes the JSON.
+    tool_call: dict | None = None
     pad_content: bool = False  # whitespace around the answer, so strip_whitespace really alters it
 
 
@@ -234,9 +238,9 @@ def generate(
     if plan.tool_call_text and profile.name in TOOL_CALL_TEXT and profile.tool_call_tokens:
         answer = answer + TOOL_CALL_TEXT[profile.name]
         quirks.append("tool_call_text")
-    if plan.pad_content:
+    if plan.pad_content and plan.tool_call is None:
         answer = rng.choice(("\n", " ", "\n\n")) + answer + "\n"
-    if qwen_style and layout == OPEN:
+    if qwen_style and layout in (OPEN, FORCED):
         answer = "\n\n" + answer  # Qwen3 writes "<think>\nR\n</think>\n\nA"
 
     sections: list[Section] = []
@@ -247,10 +251,18 @@ def generate(
             quirks.append("empty_reasoning")
         else:
             if qwen_style:
-                reasoning = "\n" + reasoning + "\n"
+                # "<think>\nR\n</think>"; a forced prompt already wrote the first "\n".
+                reasoning = ("\n" if layout == OPEN else "") + reasoning + "\n"
             sections.append(Section("reasoning", encode(tokenizer, reasoning)))
         sections.append(Section("think_end", [table.think_end]))
     sections.append(Section("content", encode(tokenizer, answer)))
+    if plan.tool_call is not None:
+        call = {
+            "id": plan.tool_call["id"],
+            "function": {"name": plan.tool_call["name"], "arguments": plan.tool_call["arguments"]},
+        }
+        markup = profile.tool_call_markups([call], answer)[0].text
+        sections.append(Section("tool_calls", encode(tokenizer, markup)))
     sections.append(Section("eot", [table.end_of_turn]))
 
     drifted_at: int | None = None
@@ -264,6 +276,8 @@ def generate(
         sections = _truncate(sections, max_tokens)
     if drifted_at is not None and drifted_at < sum(len(s.ids) for s in sections):
         quirks.insert(0, "drift")
+    if finish_reason == "stop" and plan.tool_call is not None:
+        finish_reason = "tool_calls"
 
     for s in sections:
         s.pieces = table.texts(s.ids)

@@ -10,6 +10,7 @@ import asyncio
 import collections
 import functools
 import hashlib
+import json
 import random
 import secrets
 import signal
@@ -24,7 +25,14 @@ from aiohttp import web
 
 from draftgen.profiles import ModelProfile, detect_profile, get_profile
 from draftgen.simulator import wire
-from draftgen.simulator.config import FATAL_FAULTS, INEXACT_QUIRKS, SimConfig, format_retry_after
+from draftgen.simulator.config import (
+    DELIVERING_FAULTS,
+    FATAL_FAULTS,
+    INEXACT_QUIRKS,
+    TOOL_CALL_QUIRKS,
+    SimConfig,
+    format_retry_after,
+)
 from draftgen.simulator.model import (
     DISABLED,
     ModelOutput,
@@ -63,6 +71,12 @@ class ChatRequest:
     number: int  # 1-based count of valid chat requests, for fatal_after
     quirks: set[str] = field(default_factory=set)  # drawn for this attempt
     provider: str = ""
+    tool_call: dict | None = None  # the call the model makes ({"id", "name", "arguments"})
+    # Ids the client asked for (vLLM return_token_ids; SGLang return_prompt_token_ids and
+    # return_meta_info); honoured only by the dialect that knows the flag.
+    want_prompt_ids: bool = False
+    want_completion_ids: bool = False
+    want_logprobs: bool = False
 
 
 @dataclass
@@ -225,6 +239,7 @@ class Simulator:
             drift="drift" in drawn,
             empty_reasoning="empty_reasoning" in drawn,
             tool_call_text="tool_call_text" in drawn,
+            tool_call=req.tool_call,
             # Real answers sometimes start or end with whitespace ("\n\n" after </think>, a
             # newline after a code block); a provider that does not strip shows it.
             pad_content="strip_whitespace" in drawn
@@ -238,6 +253,7 @@ class Simulator:
             "leak_eot",
             "no_split",
             "reasoning_content_field",
+            *TOOL_CALL_QUIRKS,
         }
         if self._stripping:  # the stripping provider always strips, the others never do
             provider_quirks.discard("strip_whitespace")
@@ -250,7 +266,7 @@ class Simulator:
         if output.finish_reason != "stop":
             provider_quirks.discard("leak_eot")
         rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "deliver")
-        delivery = wire.deliver(output, provider_quirks, rng, req.exclude_reasoning)
+        delivery = self._deliver(output, provider_quirks, rng, req)
         ids = output.ids
         usage = wire.usage(
             len(req.prompt.ids), len(ids), output.reasoning_token_count, self._prices
@@ -266,8 +282,44 @@ class Simulator:
         if cut == 0:
             short.sections = []
         provider_quirks.discard("leak_eot")
-        delivery = wire.deliver(short, provider_quirks, rng, req.exclude_reasoning)
+        delivery = self._deliver(short, provider_quirks, rng, req)
         return Served(generation_id, head, short, delivery)
+
+    def _deliver(
+        self, output: ModelOutput, quirks: set[str], rng: random.Random, req: ChatRequest
+    ) -> wire.Delivery:
+        quirks = set(quirks)
+        if req.tool_call is None:
+            quirks -= set(TOOL_CALL_QUIRKS)
+        if not self.profile.tool_call_ids_in_markup:
+            quirks.discard("rename_tool_call_id")  # invisible in the ids: not worth a quirk
+        delivery = wire.deliver(output, quirks, rng, req.exclude_reasoning, req.tool_call)
+        if self.config.dialect == "sglang" and delivery.reasoning is not None:
+            delivery.reasoning_key = "reasoning_content"  # SGLang's name for it
+        return delivery
+
+    def tool_call_for(
+        self, tools: list | None, prompt: RenderedPrompt, attempt: int
+    ) -> dict | None:
+        """The call the model makes when the request offered ``tools`` (or None)."""
+        if not tools or not self.profile.tool_call_format:
+            return None
+        rng = _rng(self.config.seed, prompt.sha256, attempt, "tool_call")
+        if rng.random() >= self.config.tool_call_rate:
+            return None
+        tool = tools[0] if isinstance(tools[0], dict) else {}
+        function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        name = function.get("name") if isinstance(function.get("name"), str) else "tool"
+        parameters = function.get("parameters")
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        keys = list(properties) if isinstance(properties, dict) and properties else ["query"]
+        values = ("Paris", "café ☕", "2026-03-15", "42")
+        arguments = {key: rng.choice(values) for key in keys[:3]}
+        return {
+            "id": f"functions.{name}:0",
+            "name": name,
+            "arguments": json.dumps(arguments, ensure_ascii=False),
+        }
 
     def record(self, served: Served, req: ChatRequest) -> dict:
         """Ground truth of a delivered (billed) completion."""
@@ -289,9 +341,11 @@ class Simulator:
             "text_exact": exact,
             "stream": req.stream,
             "model": req.model,
-            "provider": served.head["provider"],
+            "provider": req.provider,
             "attempt": req.attempt,
             "layout": output.layout,
+            "dialect": self.config.dialect,
+            "tool_calls": delivery.tool_calls,
             "prompt_tokens": served.usage["prompt_tokens"],
             "completion_tokens": served.usage["completion_tokens"],
             "reasoning_tokens": served.usage["completion_tokens_details"]["reasoning_tokens"],
@@ -322,6 +376,8 @@ class Simulator:
         return app
 
     def _authorized(self, request: web.Request) -> bool:
+        if self.config.dialect != "openrouter":
+            return True  # self-hosted servers run without --api-key as often as with
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and bool(token.strip())
@@ -467,6 +523,14 @@ class Simulator:
             attempt=self.attempts[prompt.sha256],
             number=self._valid_requests,
         )
+        req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt)
+        req.want_logprobs = body.get("logprobs") is True
+        dialect = self.config.dialect
+        if dialect == "vllm":
+            req.want_prompt_ids = req.want_completion_ids = body.get("return_token_ids") is True
+        elif dialect == "sglang" and not req.stream:  # SGLang returns ids only unstreamed
+            req.want_prompt_ids = body.get("return_prompt_token_ids") is True
+            req.want_completion_ids = body.get("return_meta_info") is True
         self.attempts[prompt.sha256] += 1
         self.models_seen.setdefault(req.model, None)
         if self.config.latency:
@@ -494,6 +558,8 @@ class Simulator:
             "model": req.model,
             "created": int(time.time()),
         }
+        if self.config.dialect != "openrouter":  # a self-hosted server names no provider
+            del head["provider"]
         status = self._status_fault(fault)
         if status is not None:
             return status
@@ -582,9 +648,13 @@ class Simulator:
             return resp
 
         served = self.success(req, head, gid)
-        body = orjson.dumps(
-            wire.completion_body(head, served.delivery, served.output.finish_reason, served.usage)
+        completion = wire.completion_body(
+            head, served.delivery, served.output.finish_reason, served.usage
         )
+        if fault == "huge_body":
+            completion["choices"][0]["message"]["reasoning_details"] = [_huge_detail()]
+        self._add_ids(completion, req, served)
+        body = orjson.dumps(completion)
         if fault == "malformed_json":
             return self._json(200, body[: max(1, len(body) // 2)], headers)
         if fault == "drop":
@@ -597,6 +667,36 @@ class Simulator:
             return resp
         self.record(served, req)
         return web.Response(status=200, body=body, content_type="application/json", headers=headers)
+
+    def _logprobs(self, req: ChatRequest, served: Served) -> list | None:
+        """Content logprobs, if asked for and this provider returns them (others send null)."""
+        if not req.want_logprobs or (
+            self.config.dialect == "openrouter" and req.provider not in wire.LOGPROB_PROVIDERS
+        ):
+            return None
+        return wire.logprobs_content(served.output, served.delivery, self.table.token_bytes)
+
+    def _add_ids(self, body: dict, req: ChatRequest, served: Served) -> None:
+        """The exact ids (and logprobs) as the dialect returns them, when the request asked."""
+        choice = body["choices"][0]
+        entries = self._logprobs(req, served)
+        if entries is not None:
+            choice["logprobs"] = {"content": entries, "refusal": None}
+        ids = served.output.ids
+        if self.config.dialect == "vllm" and req.want_completion_ids:
+            body["prompt_token_ids"] = req.prompt.ids
+            choice["token_ids"] = ids
+        elif self.config.dialect == "sglang":
+            if req.want_prompt_ids:
+                choice["prompt_token_ids"] = req.prompt.ids
+            if req.want_completion_ids:
+                choice["meta_info"] = {
+                    "id": served.generation_id,
+                    "prompt_tokens": len(req.prompt.ids),
+                    "completion_tokens": len(ids),
+                    "output_ids": ids,
+                    "finish_reason": {"type": served.output.finish_reason},
+                }
 
     # -- streaming ------------------------------------------------------------------------
 
@@ -634,12 +734,23 @@ class Simulator:
             events.append(wire.DONE)
         else:
             served = self.success(req, head, gid)
-            chunks = [wire.sse(c) for c in wire.delta_chunks(head, served.delivery, chunk_tokens)]
+            deltas = wire.delta_chunks(head, served.delivery, chunk_tokens)
+            finish = wire.finish_chunk(head, served.output.finish_reason)
+            if req.want_completion_ids:
+                wire.attach_stream_ids([*deltas, finish], req.prompt.ids, served.output.ids)
+            entries = self._logprobs(req, served)
+            if entries is not None:
+                wire.attach_stream_logprobs([*deltas, finish], entries)
+            chunks = [wire.sse(c) for c in deltas]
+            if fault == "huge_body":
+                chunk = wire.finish_chunk(head, None)
+                chunk["choices"][0]["delta"] = {"reasoning_details": [_huge_detail()]}
+                chunks.insert(len(chunks) // 2, wire.sse(chunk))
             for c in chunks:
                 if rng.random() < 0.03:
                     events.append(wire.KEEPALIVE)
                 events.append(c)
-            events.append(wire.sse(wire.finish_chunk(head, served.output.finish_reason)))
+            events.append(wire.sse(finish))
             events.append(wire.sse(wire.usage_chunk(head, served.usage)))
             events.append(wire.DONE)
             if fault == "drop":
@@ -665,7 +776,7 @@ class Simulator:
             },
         )
         await resp.prepare(request)
-        if served is not None and fault is None:
+        if served is not None and (fault is None or fault in DELIVERING_FAULTS):
             self.record(served, req)
         try:
             await self._send(resp, events, rng)
@@ -832,3 +943,8 @@ class SimulatorThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _huge_detail() -> dict:
+    """An encrypted reasoning item of about 4 MB, as OpenRouter may attach to long reasoning."""
+    return {"type": "reasoning.encrypted", "data": "QUJD" * 1_000_000, "format": "unknown"}

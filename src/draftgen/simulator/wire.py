@@ -6,6 +6,7 @@ provider quirks (whitespace stripping, leaked end-of-turn, no split, older field
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ from draftgen.simulator.model import DISABLED, ModelOutput
 PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes", "AtlasCloud")
 # The one provider whose parser strips edge whitespace from content (quirk strip_whitespace).
 STRIPPING_PROVIDER = "Chutes"
+# Providers that honour ``logprobs`` (with token bytes); the others send ``logprobs: null``.
+LOGPROB_PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes")
 
 
 @dataclass
@@ -27,6 +30,9 @@ class Delivery:
     reasoning_key: str = "reasoning"  # or "reasoning_content"
     reasoning_absent: bool = False  # leave the key out instead of sending null
     applied: tuple[str, ...] = ()  # provider quirks that really changed something
+    tool_calls: list[dict] | None = None  # structured calls parsed out of the generated markup
+    # The sections whose tokens make up ``content``, in order (what logprobs would cover).
+    content_kinds: tuple[str, ...] = ()
 
     @property
     def reasoning_text(self) -> str | None:
@@ -42,14 +48,28 @@ def deliver(
     quirks: set[str],
     rng: random.Random,
     exclude_reasoning: bool = False,
+    tool_call: dict | None = None,
 ) -> Delivery:
-    """Split the model's text into fields the way providers do, then apply provider quirks."""
+    """Split the model's text into fields the way providers do, then apply provider quirks.
+
+    ``tool_call`` is the call the model made ({"id", "name", "arguments"}); a provider parses
+    complete markup into ``tool_calls`` and leaves a cut-off one as text in content.
+    """
     applied: list[str] = []
     pieces = {s.kind: list(s.pieces) for s in output.sections}
     has_reasoning = output.layout != DISABLED
     content = list(pieces.get("content", []))
+    kinds = ["content"]
+    tool_calls = None
+    if "tool_calls" in pieces:
+        if tool_call is not None and output.finish_reason == "tool_calls":
+            tool_calls = [_structured_call(tool_call, quirks, applied, rng)]
+        else:
+            content += pieces["tool_calls"]
+            kinds.append("tool_calls")
     if "leak_eot" in quirks and "eot" in pieces:
         content += pieces["eot"]
+        kinds.append("eot")
         applied.append("leak_eot")
     reasoning: list[str] | None = None
     absent = False
@@ -60,6 +80,7 @@ def deliver(
             + pieces.get("think_end", [])
             + content
         )
+        kinds = ["think_start", "reasoning", "think_end", *kinds]
         absent = rng.random() < 0.5
         applied.append("no_split")
     elif has_reasoning:
@@ -79,7 +100,48 @@ def deliver(
         reasoning = None
         absent = True
         applied.append("reasoning_excluded")
-    return Delivery(reasoning, content, key, absent, tuple(applied))
+    return Delivery(reasoning, content, key, absent, tuple(applied), tool_calls, tuple(kinds))
+
+
+def logprobs_content(output: ModelOutput, delivery: Delivery, token_bytes: list[bytes]) -> list:
+    """OpenAI-style ``logprobs.content`` entries for the generated tokens of the content."""
+    entries = []
+    for kind in delivery.content_kinds:
+        section = output.section(kind)
+        for token_id, piece in zip(section.ids, section.pieces, strict=True) if section else ():
+            raw = token_bytes[token_id]
+            entries.append(
+                {"token": piece, "logprob": -0.01, "bytes": list(raw), "top_logprobs": []}
+            )
+    return entries
+
+
+def attach_stream_logprobs(chunks: list[dict], entries: list) -> None:
+    """Spread ``entries`` over the chunks that carry content (the last chunk if none does)."""
+    carriers = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    carriers = carriers or chunks[-1:]
+    count = len(carriers)
+    for i, chunk in enumerate(carriers):
+        start, end = len(entries) * i // count, len(entries) * (i + 1) // count
+        chunk["choices"][0]["logprobs"] = {"content": entries[start:end], "refusal": None}
+
+
+def _structured_call(call: dict, quirks: set[str], applied: list[str], rng: random.Random) -> dict:
+    arguments = call["arguments"]
+    if "reserialize_arguments" in quirks:
+        compact = json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
+        if compact != arguments:
+            arguments = compact
+            applied.append("reserialize_arguments")
+    call_id = call["id"]
+    if "rename_tool_call_id" in quirks:
+        call_id = f"call_{rng.getrandbits(64):016x}"
+        applied.append("rename_tool_call_id")
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": call["name"], "arguments": arguments},
+    }
 
 
 def _strip_pieces(pieces: list[str]) -> list[str]:
@@ -122,7 +184,7 @@ def message(delivery: Delivery) -> dict:
         msg["reasoning_details"] = [
             {"type": "reasoning.text", "text": reasoning, "format": "unknown", "index": 0}
         ]
-    msg["tool_calls"] = None
+    msg["tool_calls"] = delivery.tool_calls
     msg["refusal"] = None
     return msg
 
@@ -189,7 +251,33 @@ def delta_chunks(head: dict, delivery: Delivery, chunk_tokens: int) -> list[dict
         if key == "reasoning":
             delta["reasoning"] = None
         chunks.append(_chunk(head, delta, None))
+    for index, call in enumerate(delivery.tool_calls or ()):
+        # As OpenAI-style servers stream calls: id and name first, then argument fragments.
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": call["function"]["name"], "arguments": ""}
+        chunks.append(_chunk(head, {"role": "assistant", "tool_calls": [opening]}, None))
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        for fragment in (arguments[:half], arguments[half:]):
+            piece = {"index": index, "function": {"arguments": fragment}}
+            chunks.append(_chunk(head, {"role": "assistant", "tool_calls": [piece]}, None))
     return chunks
+
+
+def attach_stream_ids(chunks: list[dict], prompt_ids: list[int], ids: list[int]) -> None:
+    """vLLM's streamed ids: ``prompt_token_ids`` on the first chunk, ``token_ids`` on each.
+
+    The ids are spread over the chunks in order (the last chunk, the finish, gets the rest);
+    a client needs only their concatenation, which is exactly the generated ids.
+    """
+    if not chunks:
+        return
+    chunks[0]["prompt_token_ids"] = prompt_ids
+    count = len(chunks)
+    for i, chunk in enumerate(chunks):
+        start, end = len(ids) * i // count, len(ids) * (i + 1) // count
+        for choice in chunk.get("choices") or ():
+            choice["token_ids"] = ids[start:end]
 
 
 def finish_chunk(head: dict, finish_reason: str | None, error: dict | None = None) -> dict:

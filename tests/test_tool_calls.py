@@ -1,0 +1,181 @@
+"""Structured tool calls: rebuilt as each family's markup, and the token count decides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from draftgen.profiles import DEEPSEEK_V3, KIMI_K2, QWEN3, ModelProfile, ToolCallFormatError
+from draftgen.reconstruct import read_completion, reconstruct_sample
+from draftgen.records import Completion, StoredCompletion
+from draftgen.tokenizer import encode, load_tokenizer, render_prompt
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
+ARGS = '{"city": "Paris"}'
+
+
+def call(arguments=ARGS, call_id="functions.get_weather:0", name="get_weather"):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_kimi_markup_keeps_the_model_call_id():
+    [first, *rest] = KIMI_K2.tool_call_markups([call()], "")
+    assert first.text == (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>'
+    )
+    assert first.notes == ()
+    # The compact re-serialisation is the other reading.
+    assert [m.notes for m in rest] == [("tool_arguments_reserialised=compact",)]
+    assert '{"city":"Paris"}' in rest[0].text
+
+
+def test_kimi_markup_rebuilds_a_renamed_call_id_from_name_and_index():
+    calls = [call(call_id="call_abc"), call(call_id="call_def", name="get_time", arguments="{}")]
+    first = KIMI_K2.tool_call_markups(calls, "")[0]
+    assert "functions.get_weather:0<|tool_call_argument_begin|>" in first.text
+    assert "functions.get_time:1<|tool_call_argument_begin|>{}" in first.text
+    assert first.notes == ("tool_call_id_rebuilt",)
+
+
+def test_deepseek_markup():
+    assert DEEPSEEK_V3.tool_call_markups([call()], "x")[0].text == (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
+
+
+def test_qwen3_markup_leads_with_a_newline_after_content_or_not():
+    texts = [m.text for m in QWEN3.tool_call_markups([call()], "Let me check.")]
+    body = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert texts[0] == "\n" + body
+    assert body in texts  # a parser that kept "\n\n" as content: the lead was never generated
+    assert QWEN3.tool_call_markups([call()], "")[0].text == body
+
+
+def test_parsed_object_arguments_are_written_spaced_like_tojson():
+    markup = DEEPSEEK_V3.tool_call_markups([call(arguments={"city": "Zürich"})], "")[0]
+    assert '<｜tool▁sep｜>{"city": "Zürich"}<｜tool▁call▁end｜>' in markup.text
+
+
+def test_a_profile_without_a_format_and_a_nameless_call_are_refused():
+    plain = ModelProfile("plain", "<think>", "</think>", "<eot>", ())
+    with pytest.raises(ToolCallFormatError, match="cannot rebuild structured tool calls"):
+        plain.tool_call_markups([call()], "")
+    with pytest.raises(ToolCallFormatError, match=r"tool_calls\[0\] has no function name"):
+        KIMI_K2.tool_call_markups([{"function": {"arguments": "{}"}}], "")
+
+
+def test_reading_appends_the_markup_before_the_end_of_turn():
+    completion = Completion("g", "p", "m", "R", "", [call()], "tool_calls", "tool_calls")
+    reading = read_completion(completion, "<|im_assistant|>assistant<|im_middle|><think>", KIMI_K2)
+    assert reading.texts[0] == (
+        "R</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+        "<|tool_calls_section_end|><|im_end|>"
+    )
+    assert reading.notes == ["tool_calls_rebuilt"]
+    assert reading.notes_of(1) == ["tool_calls_rebuilt", "tool_arguments_reserialised=compact"]
+
+
+# --- against the fixtures' templates: the count check decides --------------------------------
+
+
+@pytest.fixture(scope="module")
+def kimi():
+    return load_tokenizer("fixture:kimi-k2.5")
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return load_tokenizer("fixture:deepseek-v4")
+
+
+def stored_for(
+    tokenizer, generated: str, reasoning: str, content: str, calls: list
+) -> StoredCompletion:
+    """A completion whose counts are those of ``generated``, the text the model really wrote."""
+    prompt_ids = encode(tokenizer, render_prompt(tokenizer, MESSAGES, TOOLS))
+    usage = {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": len(encode(tokenizer, generated)),
+    }
+    completion = Completion(
+        "g", "p", "m", reasoning, content, calls, "tool_calls", "tool_calls", usage
+    )
+    return StoredCompletion("k", "s", 0, MESSAGES, TOOLS, completion)
+
+
+KIMI_GENERATED = (
+    "Need weather.</think>Checking.<|tool_calls_section_begin|><|tool_call_begin|>"
+    'functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
+    "<|tool_calls_section_end|><|im_end|>"
+)
+
+
+@pytest.mark.parametrize(
+    "arguments, call_id, verified, reason",
+    [
+        (ARGS, "functions.get_weather:0", True, "ok"),  # passed through verbatim: proven
+        # Re-serialised compactly, or renamed: the count finds the generated ids, but a count
+        # cannot prove key order or a call index, so they are exported only as unverified.
+        ('{"city":"Paris"}', "functions.get_weather:0", False, "tool_arguments_reserialised"),
+        (ARGS, "call_9f2c", False, "tool_call_id_rebuilt"),
+    ],
+)
+def test_kimi_rebuilt_tool_calls_find_the_generated_ids(kimi, arguments, call_id, verified, reason):
+    calls = [call(arguments, call_id)]
+    stored = stored_for(kimi, KIMI_GENERATED, "Need weather.", "Checking.", calls)
+    sample = reconstruct_sample(stored, kimi, KIMI_K2)
+    assert (sample.verified, sample.reason) == (verified, reason)
+    assert sample.input_ids[sample.prompt_len :] == encode(kimi, KIMI_GENERATED)
+
+
+def test_sorted_keys_are_caught_by_the_reading_not_the_count(kimi):
+    # The model wrote the keys in another order and the provider sorted them: the count matches
+    # (the same tokens), which is why a re-serialised reading is never proven.
+    generated = KIMI_GENERATED.replace('{"city": "Paris"}', '{"unit": "C", "city": "Paris"}')
+    calls = [call('{"city":"Paris","unit":"C"}')]
+    stored = stored_for(kimi, generated, "Need weather.", "Checking.", calls)
+    sample = reconstruct_sample(stored, kimi, KIMI_K2)
+    assert (sample.verified, sample.reason) == (False, "tool_arguments_reserialised")
+
+
+def test_arguments_no_reading_reproduces_fail_the_count(kimi):
+    # The provider dropped a key: no reading has the generated count.
+    generated = KIMI_GENERATED.replace('{"city": "Paris"}', '{"city": "Paris", "unit": "C"}')
+    stored = stored_for(kimi, generated, "Need weather.", "Checking.", [call()])
+    sample = reconstruct_sample(stored, kimi, KIMI_K2)
+    assert (sample.verified, sample.reason) == (False, "tool_calls_inexact")
+    assert "no reading of the structured tool_calls as kimi-k2 markup" in sample.detail
+
+
+def test_deepseek_template_renders_history_calls_exactly_as_the_profile(deepseek):
+    # The profile's markup is what the template writes for the same call in history.
+    history = [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": [call()]}]
+    text = deepseek.apply_chat_template(history, tools=TOOLS, tokenize=False)
+    assert DEEPSEEK_V3.tool_call_markups([call()], "")[0].text + "<｜end▁of▁sentence｜>" in text
+
+
+def test_kimi_template_renders_history_calls_exactly_as_the_profile(kimi):
+    history = [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": [call()]}]
+    text = kimi.apply_chat_template(history, tools=TOOLS, tokenize=False)
+    assert KIMI_K2.tool_call_markups([call()], "")[0].text + "<|im_end|>" in text
+
+
+def test_json_reserialisation_styles_are_the_json_module_s():
+    markups = QWEN3.tool_call_markups([call('{"a":1,  "b":[1,2]}')], "")
+    texts = [m.text for m in markups]
+    assert any(json.dumps({"a": 1, "b": [1, 2]}) in t for t in texts)
+    assert any('{"a":1,"b":[1,2]}' in t for t in texts)
