@@ -7,6 +7,8 @@ CI runs the small size; ``pytest -m soak --long`` runs the long one.
 
 from __future__ import annotations
 
+import collections
+import json
 import os
 import random
 import signal
@@ -114,7 +116,11 @@ def test_soak_with_kills(tmp_path, request, stream):
                         "--include-unverified").returncode == 0
         exact, flagged, rows = check_against_truth(out, sim, export_path, allow_failures=True)
         assert exact > prompts // 3
+        seen = collections.Counter()
+        for (errors,) in db.execute("SELECT errors FROM completions WHERE errors IS NOT NULL"):
+            seen.update(e["kind"] for e in json.loads(errors))
         print(f"soak: {prompts} prompts, {len(sim.truth())} completions served, {survived} kills, "
-              f"{len(rows)} exported ({exact} exact, {flagged} flagged), {len(failed)} failed")
+              f"{len(rows)} exported ({exact} exact, {flagged} flagged), {len(failed)} failed, "
+              f"{sum(seen.values())} faults retried through: {dict(seen.most_common())}")
     finally:
         sim.stop()
