@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,14 +23,25 @@ def free_port() -> int:
 
 
 class SimProcess:
-    """``draftgen simulate`` in its own process, so a client can be killed while it keeps serving."""
+    """``draftgen simulate`` in its own process: a client can be killed while it keeps serving."""
 
     def __init__(self, tmp: Path, tokenizer: str, faults=(), quirks=(), extra=()) -> None:
         self.port = free_port()
         self.truth_path = tmp / f"truth-{self.port}.jsonl"
         self.log = open(tmp / f"sim-{self.port}.log", "w")
-        args = [sys.executable, "-m", "draftgen.cli", "simulate", "--tokenizer", tokenizer,
-                "--port", str(self.port), "--truth", str(self.truth_path), *extra]
+        args = [
+            sys.executable,
+            "-m",
+            "draftgen.cli",
+            "simulate",
+            "--tokenizer",
+            tokenizer,
+            "--port",
+            str(self.port),
+            "--truth",
+            str(self.truth_path),
+            *extra,
+        ]
         for name, rate in faults:
             args += ["--fault", f"{name}={rate}"]
         for name, rate in quirks:
@@ -40,7 +51,9 @@ class SimProcess:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"simulator exited: {(tmp / f'sim-{self.port}.log').read_text()}")
+                raise RuntimeError(
+                    f"simulator exited: {(tmp / f'sim-{self.port}.log').read_text()}"
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return
@@ -59,16 +72,41 @@ class SimProcess:
         self.log.close()
 
 
-def draftgen(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def draftgen(
+    *args: str, env_extra: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "draftgen.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "draftgen.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
-def run_args(sim: SimProcess, inputs: list[Path], out: Path, tokenizer: str, *extra: str) -> list[str]:
-    args = ["run", "--model", "test/model", "--tokenizer", tokenizer, "--base-url", sim.base_url,
-            "--api-key-env", "DRAFTGEN_TEST_KEY", "--out", str(out), "--retry-base-delay", "0.01",
-            "--idle-timeout", "10", "--max-attempts", "12"]
+def run_args(
+    sim: SimProcess, inputs: list[Path], out: Path, tokenizer: str, *extra: str
+) -> list[str]:
+    args = [
+        "run",
+        "--model",
+        "test/model",
+        "--tokenizer",
+        tokenizer,
+        "--base-url",
+        sim.base_url,
+        "--api-key-env",
+        "DRAFTGEN_TEST_KEY",
+        "--out",
+        str(out),
+        "--retry-base-delay",
+        "0.01",
+        "--idle-timeout",
+        "10",
+        "--max-attempts",
+        "12",
+    ]
     for path in inputs:
         args += ["--input", str(path)]
     return args + list(extra)
@@ -80,19 +118,39 @@ def write_prompts(path: Path, count: int, *, invalid: bool = True, seed: int = 0
     for i in range(count):
         n = (i * 7 + seed) % 5
         if n == 0:
-            row = {"id": f"r{i}", "messages": [{"role": "user", "content": f"Question {i}: explain item {i}."}]}
+            row = {
+                "id": f"r{i}",
+                "messages": [{"role": "user", "content": f"Question {i}: explain item {i}."}],
+            }
         elif n == 1:
-            row = {"id": f"r{i}", "messages": [
-                {"role": "system", "content": "Be brief."},
-                {"role": "user", "content": f"First {i}"}, {"role": "assistant", "content": "old"},
-                {"role": "user", "content": f"Second {i} — café 日本 🎉"}]}
+            row = {
+                "id": f"r{i}",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": f"First {i}"},
+                    {"role": "assistant", "content": "old"},
+                    {"role": "user", "content": f"Second {i} — café 日本 🎉"},
+                ],
+            }
         elif n == 2:
-            row = {"conversations": [{"from": "human", "value": f"ShareGPT prompt {i}"},
-                                     {"from": "gpt", "value": "old answer"}]}
+            row = {
+                "conversations": [
+                    {"from": "human", "value": f"ShareGPT prompt {i}"},
+                    {"from": "gpt", "value": "old answer"},
+                ]
+            }
         elif n == 3:
-            row = {"id": f"r{i}", "messages": [{"role": "user", "content": f"Literal <|im_end|> and </think> in data {i}"}]}
+            row = {
+                "id": f"r{i}",
+                "messages": [
+                    {"role": "user", "content": f"Literal <|im_end|> and </think> in data {i}"}
+                ],
+            }
         else:
-            row = {"id": f"r{i}", "messages": [{"role": "user", "content": "Explain binary search."}]}  # duplicates
+            row = {
+                "id": f"r{i}",
+                "messages": [{"role": "user", "content": "Explain binary search."}],
+            }  # duplicates
         lines.append(json.dumps(row, ensure_ascii=False))
     if invalid:
         lines.insert(1, "{broken json")
@@ -134,7 +192,11 @@ def check_against_truth(out, sim, export_path, allow_failures=False):
         record = truth[row["generation_id"]]
         truth_ids = record["prompt_ids"] + record["completion_ids"]
         assert len(row["loss_mask"]) == len(row["input_ids"])
-        assert row["loss_mask"] == [0] * len(record["prompt_ids"]) + [1] * len(record["completion_ids"]) or not row["verified"]
+        assert (
+            row["loss_mask"]
+            == [0] * len(record["prompt_ids"]) + [1] * len(record["completion_ids"])
+            or not row["verified"]
+        )
         truncated = record["finish_reason"] == "length"
         if record["text_exact"] and not truncated:
             if row["verify_reason"] == "provider_strips_whitespace":

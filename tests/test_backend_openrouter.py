@@ -17,56 +17,162 @@ from draftgen.backends.openrouter import (
 
 def body(**choice):
     message = choice.pop("message", {"role": "assistant", "content": "hi", "reasoning": "r"})
-    return orjson.dumps({
-        "id": "gen-1", "provider": "Chutes", "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": message, **choice}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "cost": 0.25,
-                  "completion_tokens_details": {"reasoning_tokens": 1}},
-    })
+    return orjson.dumps(
+        {
+            "id": "gen-1",
+            "provider": "Chutes",
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": message, **choice}],
+            "usage": {
+                "prompt_tokens": 5,
+                "completion_tokens": 3,
+                "cost": 0.25,
+                "completion_tokens_details": {"reasoning_tokens": 1},
+            },
+        }
+    )
 
 
 def test_parse_completion_fields():
     c = parse_completion(b"\n\n  " + body())  # OpenRouter may prefix keep-alive whitespace
     assert (c.generation_id, c.provider, c.reasoning, c.content, c.finish_reason) == (
-        "gen-1", "Chutes", "r", "hi", "stop")
+        "gen-1",
+        "Chutes",
+        "r",
+        "hi",
+        "stop",
+    )
     assert (c.prompt_tokens, c.completion_tokens, c.reasoning_tokens, c.cost) == (5, 3, 1, 0.25)
 
 
 def test_reasoning_content_field_and_reasoning_details():
     c = parse_completion(body(message={"content": "a", "reasoning_content": "old name"}))
     assert c.reasoning == "old name"
-    c = parse_completion(body(message={"content": "a", "reasoning_details": [
-        {"type": "reasoning.text", "text": "x"}, {"type": "reasoning.text", "text": "y"}]}))
+    c = parse_completion(
+        body(
+            message={
+                "content": "a",
+                "reasoning_details": [
+                    {"type": "reasoning.text", "text": "x"},
+                    {"type": "reasoning.text", "text": "y"},
+                ],
+            }
+        )
+    )
     assert c.reasoning == "xy"
 
 
 @pytest.mark.parametrize(
     "status, retry_after, payload, kind, retryable, fatal, pushback, wait",
     [
-        (429, "2", {"error": {"code": 429, "message": "slow"}}, "rate_limited", True, False, True, 2.0),
+        (
+            429,
+            "2",
+            {"error": {"code": 429, "message": "slow"}},
+            "rate_limited",
+            True,
+            False,
+            True,
+            2.0,
+        ),
         (429, None, {}, "rate_limited", True, False, True, None),
         (503, "1.5", {}, "overloaded", True, False, True, 1.5),
         (502, None, {}, "server_error", True, False, False, None),
         (500, None, b"<html>oops</html>", "server_error", True, False, False, None),
-        (401, None, {"error": {"code": 401, "message": "No auth"}}, "auth", False, True, False, None),
-        (402, None, {"error": {"code": 402, "message": "no credits"}}, "payment", False, True, False, None),
-        (402, "1", {"error": {"code": 402, "message": "busy",
-                              "metadata": {"reason": "in_flight_budget_exhausted"}}},
-         "budget_in_flight", True, False, True, 1.0),
-        (402, "1", {"error": {"code": 402, "metadata": {"reason": "weight_exceeds_budget"}}},
-         "payment", False, True, False, None),
-        (400, None, {"error": {"code": 400, "message": "too long",
-                               "metadata": {"error_type": "context_length_exceeded"}}},
-         "context_length_exceeded", False, False, False, None),
-        (403, None, {"error": {"code": 403, "message": "flagged"}}, "rejected", False, False, False, None),
-        (404, None, {"error": {"code": 404, "message": "no such model"}}, "not_found", False, True, False, None),
+        (
+            401,
+            None,
+            {"error": {"code": 401, "message": "No auth"}},
+            "auth",
+            False,
+            True,
+            False,
+            None,
+        ),
+        (
+            402,
+            None,
+            {"error": {"code": 402, "message": "no credits"}},
+            "payment",
+            False,
+            True,
+            False,
+            None,
+        ),
+        (
+            402,
+            "1",
+            {
+                "error": {
+                    "code": 402,
+                    "message": "busy",
+                    "metadata": {"reason": "in_flight_budget_exhausted"},
+                }
+            },
+            "budget_in_flight",
+            True,
+            False,
+            True,
+            1.0,
+        ),
+        (
+            402,
+            "1",
+            {"error": {"code": 402, "metadata": {"reason": "weight_exceeds_budget"}}},
+            "payment",
+            False,
+            True,
+            False,
+            None,
+        ),
+        (
+            400,
+            None,
+            {
+                "error": {
+                    "code": 400,
+                    "message": "too long",
+                    "metadata": {"error_type": "context_length_exceeded"},
+                }
+            },
+            "context_length_exceeded",
+            False,
+            False,
+            False,
+            None,
+        ),
+        (
+            403,
+            None,
+            {"error": {"code": 403, "message": "flagged"}},
+            "rejected",
+            False,
+            False,
+            False,
+            None,
+        ),
+        (
+            404,
+            None,
+            {"error": {"code": 404, "message": "no such model"}},
+            "not_found",
+            False,
+            True,
+            False,
+            None,
+        ),
     ],
 )
 def test_http_errors(status, retry_after, payload, kind, retryable, fatal, pushback, wait):
     raw = payload if isinstance(payload, bytes) else orjson.dumps(payload)
     error = error_from_status(status, retry_after, raw)
     assert (error.kind, error.retryable, error.fatal, error.pushback, error.retry_after) == (
-        kind, retryable, fatal, pushback, wait)
+        kind,
+        retryable,
+        fatal,
+        pushback,
+        wait,
+    )
 
 
 def test_errors_inside_http_200():
@@ -95,8 +201,12 @@ def sse(*events):
 
 
 def chunk(delta=None, finish=None, **top):
-    return {"id": "gen-9", "provider": "SiliconFlow",
-            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **top}
+    return {
+        "id": "gen-9",
+        "provider": "SiliconFlow",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
+        **top,
+    }
 
 
 def test_stream_accumulates_reasoning_content_and_usage():
@@ -104,22 +214,32 @@ def test_stream_accumulates_reasoning_content_and_usage():
     for line in sse(
         chunk({"role": "assistant", "reasoning": "th"}),
         chunk({"reasoning": "ink", "reasoning_content": "ink"}),  # a duplicate under the old name
-        chunk({"content": "ans"}), chunk({"content": "wer"}, finish="stop"),
+        chunk({"content": "ans"}),
+        chunk({"content": "wer"}, finish="stop"),
         {"id": "gen-9", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 7}},
         b"[DONE]",
     ):
         acc.feed_line(line)
     c = acc.finish()
     assert (c.reasoning, c.content, c.finish_reason, c.completion_tokens, c.provider) == (
-        "think", "answer", "stop", 7, "SiliconFlow")
+        "think",
+        "answer",
+        "stop",
+        7,
+        "SiliconFlow",
+    )
 
 
 def test_stream_mid_error_and_early_end():
     acc = StreamAccumulator()
     acc.feed_line(b"data: " + orjson.dumps(chunk({"content": "par"})))
     with pytest.raises(ApiError) as info:
-        acc.feed_line(b"data: " + orjson.dumps(
-            {**chunk(finish="error"), "error": {"code": 502, "message": "provider died"}}))
+        acc.feed_line(
+            b"data: "
+            + orjson.dumps(
+                {**chunk(finish="error"), "error": {"code": 502, "message": "provider died"}}
+            )
+        )
     assert info.value.kind == "midstream_error" and info.value.retryable
     acc = StreamAccumulator()
     acc.feed_line(b"data: " + orjson.dumps(chunk({"content": "par"})))
@@ -139,11 +259,32 @@ def test_parsers_only_raise_api_errors_on_garbage(data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5),
-                    lambda c: st.lists(c, max_size=3) | st.dictionaries(
-                        st.sampled_from(["choices", "message", "delta", "error", "usage", "content",
-                                         "reasoning", "finish_reason", "id"]), c, max_size=4),
-                    max_leaves=12))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5),
+        lambda c: (
+            st.lists(c, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "choices",
+                        "message",
+                        "delta",
+                        "error",
+                        "usage",
+                        "content",
+                        "reasoning",
+                        "finish_reason",
+                        "id",
+                    ]
+                ),
+                c,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    )
+)
 def test_parsers_only_raise_api_errors_on_odd_json(value):
     raw = orjson.dumps(value)
     for parse in (parse_completion, lambda d: StreamAccumulator().feed_line(b"data: " + d)):
@@ -157,8 +298,10 @@ def test_parsers_only_raise_api_errors_on_odd_json(value):
 @given(st.lists(st.integers(1, 50), min_size=1, max_size=40))
 def test_stream_bytes_split_anywhere_give_the_same_completion(cuts):
     events = sse(
-        chunk({"reasoning": "ré"}), chunk({"content": "sum 日本"}, finish="stop"),
-        {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}, b"[DONE]",
+        chunk({"reasoning": "ré"}),
+        chunk({"content": "sum 日本"}, finish="stop"),
+        {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}},
+        b"[DONE]",
     )
     blob = b"\n".join(events) + b"\n"
     acc, pos = StreamAccumulator(), 0
@@ -173,8 +316,17 @@ def test_stream_bytes_split_anywhere_give_the_same_completion(cuts):
 def test_stream_event_of_several_megabytes():
     big = chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "x" * 5_000_000}]})
     acc = StreamAccumulator()
-    blob = b"\n".join(sse(chunk({"content": "a"}, finish="stop"), big,
-                          {"choices": [], "usage": {"completion_tokens": 1}}, b"[DONE]")) + b"\n"
+    blob = (
+        b"\n".join(
+            sse(
+                chunk({"content": "a"}, finish="stop"),
+                big,
+                {"choices": [], "usage": {"completion_tokens": 1}},
+                b"[DONE]",
+            )
+        )
+        + b"\n"
+    )
     for i in range(0, len(blob), 8192):
         acc.feed_bytes(blob[i : i + 8192])
     assert acc.finish().content == "a"

@@ -1,4 +1,4 @@
-"""The HTTP client against a scripted loopback server: retries, Retry-After, fatal errors, limits."""
+"""The HTTP client against a scripted loopback server: retries, Retry-After, fatal errors."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ import orjson
 import pytest
 from aiohttp import web
 
-from draftgen.client import AdaptiveLimiter, ChatClient, FatalApiError, GenerationFailed, RetryPolicy
+from draftgen.client import (
+    AdaptiveLimiter,
+    ChatClient,
+    FatalApiError,
+    GenerationFailed,
+    RetryPolicy,
+)
 
-OK = {"id": "gen-1", "choices": [{"finish_reason": "stop", "message": {"content": "fine"}}],
-      "usage": {"prompt_tokens": 1, "completion_tokens": 2, "cost": 0.5}}
+OK = {
+    "id": "gen-1",
+    "choices": [{"finish_reason": "stop", "message": {"content": "fine"}}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 2, "cost": 0.5},
+}
 
 
 async def serve(script):
@@ -36,8 +45,10 @@ async def serve(script):
 
 def reply(status=200, body=OK, headers=None):
     async def step(request):
-        return web.Response(status=status, body=orjson.dumps(body), headers=headers,
-                            content_type="application/json")
+        return web.Response(
+            status=status, body=orjson.dumps(body), headers=headers, content_type="application/json"
+        )
+
     return step
 
 
@@ -45,14 +56,16 @@ def run(script, *, stream=False, attempts=5, key="sk-secret-123"):
     async def main():
         runner, url, seen = await serve(script)
         try:
-            async with ChatClient(url, key, concurrency=4,
-                                  retry=RetryPolicy(attempts, base_delay=0.01)) as client:
+            async with ChatClient(
+                url, key, concurrency=4, retry=RetryPolicy(attempts, base_delay=0.01)
+            ) as client:
                 try:
                     return await client.complete(b'{"model": "m"}', stream), seen, None
                 except (GenerationFailed, FatalApiError) as exc:
                     return None, seen, exc
         finally:
             await runner.cleanup()
+
     return asyncio.run(main())
 
 
@@ -63,15 +76,22 @@ def test_success_sends_key_and_body():
 
 
 def test_retry_after_is_honoured_and_errors_are_recorded():
-    (completion, errors), seen, _ = run([
-        reply(429, {"error": {"code": 429, "message": "slow down"}}, {"Retry-After": "0.3"}),
-        reply(503, {"error": {"code": 503, "message": "no provider"}}),
-        reply(200, {"error": {"code": 502, "message": "upstream"}}),
-        reply(200, {"choices": [{"finish_reason": None, "message": {"content": ""}}]}),
-        reply(),
-    ])
+    (completion, errors), seen, _ = run(
+        [
+            reply(429, {"error": {"code": 429, "message": "slow down"}}, {"Retry-After": "0.3"}),
+            reply(503, {"error": {"code": 503, "message": "no provider"}}),
+            reply(200, {"error": {"code": 502, "message": "upstream"}}),
+            reply(200, {"choices": [{"finish_reason": None, "message": {"content": ""}}]}),
+            reply(),
+        ]
+    )
     assert completion.content == "fine"
-    assert [e.kind for e in errors] == ["rate_limited", "overloaded", "error_in_body", "empty_completion"]
+    assert [e.kind for e in errors] == [
+        "rate_limited",
+        "overloaded",
+        "error_in_body",
+        "empty_completion",
+    ]
     assert seen[1][0] - seen[0][0] >= 0.29
 
 
@@ -86,10 +106,13 @@ def test_gives_up_after_max_attempts():
     assert exc.reason == "gave_up_after_3_attempts" and len(seen) == 3
 
 
-@pytest.mark.parametrize("status, body", [
-    (401, {"error": {"code": 401, "message": "bad key sk-secret-123"}}),
-    (402, {"error": {"code": 402, "message": "no credits"}}),
-])
+@pytest.mark.parametrize(
+    "status, body",
+    [
+        (401, {"error": {"code": 401, "message": "bad key sk-secret-123"}}),
+        (402, {"error": {"code": 402, "message": "no credits"}}),
+    ],
+)
 def test_fatal_errors_stop_and_never_echo_the_key(status, body):
     _, seen, exc = run([reply(status, body), reply()])
     assert isinstance(exc, FatalApiError) and len(seen) == 1
@@ -117,7 +140,11 @@ def test_dropped_stream_is_retried():
         return response
 
     (completion, errors), _, _ = run([dropped, whole], stream=True)
-    assert (completion.reasoning, completion.content, completion.completion_tokens) == ("r", "done", 3)
+    assert (completion.reasoning, completion.content, completion.completion_tokens) == (
+        "r",
+        "done",
+        3,
+    )
     assert [e.kind for e in errors] == ["connection_dropped"]
 
 
@@ -139,4 +166,5 @@ def test_limiter_halves_on_pushback_and_recovers():
         limiter.release()
         await asyncio.wait_for(waiter, 1)
         assert limiter.in_flight == 8
+
     asyncio.run(main())

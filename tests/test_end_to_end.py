@@ -15,21 +15,49 @@ import sys
 import time
 
 import pytest
-from conftest import SECRET, SimProcess, check_against_truth, draftgen, read_jsonl, run_args, write_prompts
+from conftest import (
+    SECRET,
+    SimProcess,
+    check_against_truth,
+    draftgen,
+    read_jsonl,
+    run_args,
+    write_prompts,
+)
 
-FAULTS = [("rate_limit", 0.05), ("overloaded", 0.03), ("server_error", 0.03), ("error_200", 0.03),
-          ("finish_error", 0.03), ("midstream_error", 0.03), ("drop", 0.03), ("empty", 0.03),
-          ("budget_in_flight", 0.02), ("rate_limit_no_header", 0.02), ("malformed_json", 0.02)]
-QUIRKS = [("drift", 0.08), ("strip_whitespace", 0.05), ("leak_eot", 0.1), ("no_split", 0.1),
-          ("empty_reasoning", 0.08), ("tool_call_text", 0.08), ("reasoning_content_field", 0.1)]
+FAULTS = [
+    ("rate_limit", 0.05),
+    ("overloaded", 0.03),
+    ("server_error", 0.03),
+    ("error_200", 0.03),
+    ("finish_error", 0.03),
+    ("midstream_error", 0.03),
+    ("drop", 0.03),
+    ("empty", 0.03),
+    ("budget_in_flight", 0.02),
+    ("rate_limit_no_header", 0.02),
+    ("malformed_json", 0.02),
+]
+QUIRKS = [
+    ("drift", 0.08),
+    ("strip_whitespace", 0.05),
+    ("leak_eot", 0.1),
+    ("no_split", 0.1),
+    ("empty_reasoning", 0.08),
+    ("tool_call_text", 0.08),
+    ("reasoning_content_field", 0.1),
+]
 
 
-@pytest.mark.parametrize("tokenizer, stream", [
-    ("fixture:kimi-k2.5", True),
-    ("fixture:kimi-k2.5", False),
-    ("fixture:deepseek-v4", True),
-    ("fixture:deepseek-v4", False),
-])
+@pytest.mark.parametrize(
+    "tokenizer, stream",
+    [
+        ("fixture:kimi-k2.5", True),
+        ("fixture:kimi-k2.5", False),
+        ("fixture:deepseek-v4", True),
+        ("fixture:deepseek-v4", False),
+    ],
+)
 def test_faulty_run_exports_ground_truth(tmp_path, tokenizer, stream):
     sim = SimProcess(tmp_path, tokenizer, FAULTS, QUIRKS)
     try:
@@ -39,14 +67,26 @@ def test_faulty_run_exports_ground_truth(tmp_path, tokenizer, stream):
         result = draftgen(*run_args(sim, [inputs], out, tokenizer, "--concurrency", "16", flag))
         assert result.returncode == 0, result.stderr
         export_path = tmp_path / "all.jsonl"
-        result = draftgen("export", str(out), "--format", "specforge", "--out", str(export_path),
-                          "--include-unverified")
+        result = draftgen(
+            "export",
+            str(out),
+            "--format",
+            "specforge",
+            "--out",
+            str(export_path),
+            "--include-unverified",
+        )
         assert result.returncode == 0, result.stderr
         exact, flagged, rows = check_against_truth(out, sim, export_path)
         assert exact > 10 and flagged > 0
         # The default export holds exactly the verified, complete samples.
         default_path = tmp_path / "verified.jsonl"
-        assert draftgen("export", str(out), "--format", "specforge", "--out", str(default_path)).returncode == 0
+        assert (
+            draftgen(
+                "export", str(out), "--format", "specforge", "--out", str(default_path)
+            ).returncode
+            == 0
+        )
         verified = read_jsonl(default_path)
         assert len(verified) == exact and all(r["verified"] for r in verified)
         rejected = read_jsonl(out / "rejected.jsonl")
@@ -69,15 +109,24 @@ def test_faulty_run_exports_ground_truth(tmp_path, tokenizer, stream):
 
 def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
     tokenizer = "fixture:kimi-k2.5"
-    sim = SimProcess(tmp_path, tokenizer, [("server_error", 0.05), ("drop", 0.03)],
-                     [("drift", 0.05)], extra=["--latency", "0.05"])
+    sim = SimProcess(
+        tmp_path,
+        tokenizer,
+        [("server_error", 0.05), ("drop", 0.03)],
+        [("drift", 0.05)],
+        extra=["--latency", "0.05"],
+    )
     try:
         inputs = write_prompts(tmp_path / "prompts.jsonl", 150, invalid=False, seed=1)
         out = tmp_path / "run"
         args = run_args(sim, [inputs], out, tokenizer, "--concurrency", "8")
         env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET}
-        victim = subprocess.Popen([sys.executable, "-m", "draftgen.cli", *args], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        victim = subprocess.Popen(
+            [sys.executable, "-m", "draftgen.cli", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         db_path = out / "draftgen.sqlite"
         deadline = time.monotonic() + 120
         stored = 0
@@ -85,7 +134,11 @@ def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
             time.sleep(0.1)
             if db_path.exists():
                 try:
-                    stored = sqlite3.connect(db_path).execute("SELECT count(*) FROM completions").fetchone()[0]
+                    stored = (
+                        sqlite3.connect(db_path)
+                        .execute("SELECT count(*) FROM completions")
+                        .fetchone()[0]
+                    )
                 except sqlite3.OperationalError:
                     pass
         assert victim.poll() is None, "the run finished before it could be killed"
@@ -103,13 +156,25 @@ def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
         assert result.returncode == 0, result.stderr
         served_after = sim.truth()[served_before:]
         assert served_after, "the resume generated nothing"
-        assert not bought & {t["prompt_sha256"] for t in served_after}, "a stored completion was bought again"
+        assert not bought & {t["prompt_sha256"] for t in served_after}, (
+            "a stored completion was bought again"
+        )
         db = sqlite3.connect(db_path)
         after = dict(db.execute("SELECT generation_id, key FROM completions"))
         assert all(after.get(g) == k for g, k in before.items()), "a stored completion changed"
         export_path = tmp_path / "all.jsonl"
-        assert draftgen("export", str(out), "--format", "specforge", "--out", str(export_path),
-                        "--include-unverified").returncode == 0
+        assert (
+            draftgen(
+                "export",
+                str(out),
+                "--format",
+                "specforge",
+                "--out",
+                str(export_path),
+                "--include-unverified",
+            ).returncode
+            == 0
+        )
         check_against_truth(out, sim, export_path)
     finally:
         sim.stop()
@@ -133,10 +198,13 @@ def test_resume_with_other_settings_refuses(tmp_path):
         sim.stop()
 
 
-@pytest.mark.parametrize("fault, message", [
-    ("auth", "the API rejected the key"),
-    ("payment", "out of credits"),
-])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("auth", "the API rejected the key"),
+        ("payment", "out of credits"),
+    ],
+)
 def test_fatal_errors_stop_with_a_clear_message_and_keep_the_store(tmp_path, fault, message):
     tokenizer = "fixture:kimi-k2.5"
     sim = SimProcess(tmp_path, tokenizer, [(fault, 1.0)], extra=["--fatal-after", "6"])
@@ -147,7 +215,11 @@ def test_fatal_errors_stop_with_a_clear_message_and_keep_the_store(tmp_path, fau
         assert result.returncode == 2
         assert message in result.stderr and "the same command resumes" in result.stderr
         assert SECRET not in result.stderr + result.stdout
-        stored = sqlite3.connect(out / "draftgen.sqlite").execute("SELECT count(*) FROM completions").fetchone()[0]
+        stored = (
+            sqlite3.connect(out / "draftgen.sqlite")
+            .execute("SELECT count(*) FROM completions")
+            .fetchone()[0]
+        )
         assert stored == len(sim.truth()) >= 1
     finally:
         sim.stop()
@@ -155,11 +227,26 @@ def test_fatal_errors_stop_with_a_clear_message_and_keep_the_store(tmp_path, fau
 
 def test_missing_key_and_insecure_url_are_refused(tmp_path):
     inputs = write_prompts(tmp_path / "p.jsonl", 2, invalid=False)
-    base = ["run", "--model", "m", "--tokenizer", "fixture:kimi-k2.5", "--input", str(inputs),
-            "--out", str(tmp_path / "run")]
-    result = draftgen(*base, "--base-url", "https://example.invalid/api/v1", "--api-key-env", "NOPE_UNSET")
+    base = [
+        "run",
+        "--model",
+        "m",
+        "--tokenizer",
+        "fixture:kimi-k2.5",
+        "--input",
+        str(inputs),
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    result = draftgen(
+        *base, "--base-url", "https://example.invalid/api/v1", "--api-key-env", "NOPE_UNSET"
+    )
     assert result.returncode == 2 and "environment variable NOPE_UNSET is not set" in result.stderr
-    result = draftgen(*base, "--base-url", "http://example.com/api/v1", "--api-key-env", "DRAFTGEN_TEST_KEY")
+    result = draftgen(
+        *base, "--base-url", "http://example.com/api/v1", "--api-key-env", "DRAFTGEN_TEST_KEY"
+    )
     assert result.returncode == 2 and "--allow-insecure-http" in result.stderr
-    result = draftgen(*base[:-1], str(tmp_path / "missing"), "--input", str(tmp_path / "nope.jsonl"))
+    result = draftgen(
+        *base[:-1], str(tmp_path / "missing"), "--input", str(tmp_path / "nope.jsonl")
+    )
     assert result.returncode == 2 and "nope.jsonl does not exist" in result.stderr

@@ -13,7 +13,9 @@ from draftgen.ingest import Conversation, Rejection, read_conversations
 
 
 def write_lines(path, lines):
-    path.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines))
+    path.write_bytes(
+        b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines)
+    )
     return str(path)
 
 
@@ -23,9 +25,13 @@ def test_openai_and_sharegpt_rows(tmp_path):
         [
             json.dumps({"id": "a", "messages": [{"role": "user", "content": "hi"}]}),
             json.dumps(
-                {"conversations": [{"from": "system", "value": "be brief"},
-                                   {"from": "human", "value": "hello"},
-                                   {"from": "gpt", "value": "old answer"}]}
+                {
+                    "conversations": [
+                        {"from": "system", "value": "be brief"},
+                        {"from": "human", "value": "hello"},
+                        {"from": "gpt", "value": "old answer"},
+                    ]
+                }
             ),
         ],
     )
@@ -46,23 +52,38 @@ def test_openai_and_sharegpt_rows(tmp_path):
     [
         (b"{not json", "line is not valid JSON"),
         (b"[1, 2]", "row is not a JSON object; each line must be one object with 'messages'"),
-        (b'{"prompt": "x"}', "row has no messages: give an OpenAI 'messages' list or ShareGPT 'conversations'"),
+        (
+            b'{"prompt": "x"}',
+            "row has no messages: give an OpenAI 'messages' list or ShareGPT 'conversations'",
+        ),
         (b'{"messages": []}', "'messages' is empty or not a list; give at least one user message"),
-        (b'{"messages": [{"role": "robot", "content": "x"}]}',
-         "messages[0] has unknown role 'robot'; use one of system, user, assistant, tool"),
-        (b'{"messages": [{"role": "user", "content": [{"type": "text"}]}]}',
-         "messages[0].content is list, not a string; flatten multi-part content to text"),
-        (b'{"messages": [{"role": "system", "content": "x"}]}',
-         "row has no user turn, so there is nothing for the model to answer"),
-        (b'{"conversations": [{"from": "bot", "value": "x"}]}',
-         "conversations[0] has unknown speaker 'bot'; use human, gpt or system"),
-        (b'{"messages": [{"role": "user", "content": "x"}], "tools": "nope"}',
-         "'tools' must be a list of objects (OpenAI function schemas) or absent"),
+        (
+            b'{"messages": [{"role": "robot", "content": "x"}]}',
+            "messages[0] has unknown role 'robot'; use one of system, user, assistant, tool",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": [{"type": "text"}]}]}',
+            "messages[0].content is list, not a string; flatten multi-part content to text",
+        ),
+        (
+            b'{"messages": [{"role": "system", "content": "x"}]}',
+            "row has no user turn, so there is nothing for the model to answer",
+        ),
+        (
+            b'{"conversations": [{"from": "bot", "value": "x"}]}',
+            "conversations[0] has unknown speaker 'bot'; use human, gpt or system",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "tools": "nope"}',
+            "'tools' must be a list of objects (OpenAI function schemas) or absent",
+        ),
         (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "line is not valid JSON"),
     ],
 )
 def test_rejections_name_line_and_reason(tmp_path, line, reason):
-    path = write_lines(tmp_path / "bad.jsonl", [b'{"messages": [{"role": "user", "content": "ok"}]}', line])
+    path = write_lines(
+        tmp_path / "bad.jsonl", [b'{"messages": [{"role": "user", "content": "ok"}]}', line]
+    )
     good, bad = list(read_conversations([path]))
     assert isinstance(good, Conversation)
     assert isinstance(bad, Rejection)
@@ -72,7 +93,9 @@ def test_rejections_name_line_and_reason(tmp_path, line, reason):
 
 
 def test_blank_lines_are_skipped_but_counted(tmp_path):
-    path = write_lines(tmp_path / "b.jsonl", ["", json.dumps({"messages": [{"role": "user", "content": "x"}]})])
+    path = write_lines(
+        tmp_path / "b.jsonl", ["", json.dumps({"messages": [{"role": "user", "content": "x"}]})]
+    )
     (only,) = list(read_conversations([path]))
     assert only.line == 2
 
@@ -104,7 +127,13 @@ def test_hostile_rows(tmp_path, monkeypatch):
     path = write_lines(tmp_path / "hostile.jsonl", lines)
     items = list(read_conversations([path]))
     assert [type(i).__name__ for i in items] == [
-        "Rejection", "Conversation", "Rejection", "Conversation", "Conversation", "Conversation"]
+        "Rejection",
+        "Conversation",
+        "Rejection",
+        "Conversation",
+        "Conversation",
+        "Conversation",
+    ]
     assert items[0].reason == "row is 2 MiB, over the 1 MiB limit of one row; split or shorten it"
     assert items[0].line == 1 and items[2].line == 3 and items[5].line == 6
     assert items[2].reason.startswith("line is not valid JSON")

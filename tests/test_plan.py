@@ -11,16 +11,22 @@ def conv(messages, tools=None, source_id="s"):
 
 
 def test_every_assistant_turn_is_regenerated_in_order():
-    plans = plan_turns(conv([
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": "q1"},
-        {"role": "assistant", "content": "old a1"},
-        {"role": "user", "content": "q2"},
-        {"role": "assistant", "content": "old a2"},
-    ]))
+    plans = plan_turns(
+        conv(
+            [
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "old a1"},
+                {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "old a2"},
+            ]
+        )
+    )
     assert [p.turn for p in plans] == [0, 1]
     assert build_messages(plans[0], []) == [
-        {"role": "system", "content": "sys"}, {"role": "user", "content": "q1"}]
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q1"},
+    ]
     assert build_messages(plans[1], ["new a1"]) == [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q1"},
@@ -30,21 +36,30 @@ def test_every_assistant_turn_is_regenerated_in_order():
 
 
 def test_trailing_user_turn_is_answered_and_consecutive_users_share_one_answer():
-    plans = plan_turns(conv([
-        {"role": "user", "content": "a"}, {"role": "user", "content": "b"},
-    ]))
+    plans = plan_turns(
+        conv(
+            [
+                {"role": "user", "content": "a"},
+                {"role": "user", "content": "b"},
+            ]
+        )
+    )
     assert len(plans) == 1
     assert [m["content"] for m in build_messages(plans[0], [])] == ["a", "b"]
 
 
 def test_assistant_tool_calls_stay_as_history_and_the_answer_after_tool_results_is_generated():
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    plans = plan_turns(conv([
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "content": "42", "tool_call_id": "c1"},
-        {"role": "assistant", "content": "old final"},
-    ]))
+    plans = plan_turns(
+        conv(
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": "42", "tool_call_id": "c1"},
+                {"role": "assistant", "content": "old final"},
+            ]
+        )
+    )
     assert len(plans) == 1
     assert [m["role"] for m in build_messages(plans[0], [])] == ["user", "assistant", "tool"]
 
@@ -57,8 +72,13 @@ def test_keys_are_content_addressed():
     assert a[0].key == b[0].key
     assert len({a[0].key, c[0].key, d[0].key}) == 3
     # The first turn of a longer conversation is the same prompt as a one-turn conversation.
-    longer = plan_turns(conv([
-        {"role": "user", "content": "x"}, {"role": "assistant", "content": "z"},
-        {"role": "user", "content": "w"},
-    ]))
+    longer = plan_turns(
+        conv(
+            [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "z"},
+                {"role": "user", "content": "w"},
+            ]
+        )
+    )
     assert longer[0].key == a[0].key and longer[1].key != a[0].key

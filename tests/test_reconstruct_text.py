@@ -37,12 +37,24 @@ def test_prompt_modes():
         (K2T_PROMPT, None, "A", "stop", ["<think></think>A<|im_end|>", "A<|im_end|>"], []),
         # No reasoning split by the provider: the markup is still in content.
         (K25_PROMPT, None, "R</think>A", "stop", ["R</think>A<|im_end|>"], ["no_reasoning_split"]),
-        (K2T_PROMPT, None, "<think>R</think>A", "stop", ["<think>R</think>A<|im_end|>"],
-         ["no_reasoning_split"]),
+        (
+            K2T_PROMPT,
+            None,
+            "<think>R</think>A",
+            "stop",
+            ["<think>R</think>A<|im_end|>"],
+            ["no_reasoning_split"],
+        ),
         # Leaked end-of-turn text is stripped; never two.
         (K25_PROMPT, "R", "A<|im_end|>", "stop", ["R</think>A<|im_end|>"], ["leaked_end_of_turn"]),
-        (K25_PROMPT, "R", "A<|im_end|><|im_end|>", "stop", ["R</think>A<|im_end|>"],
-         ["leaked_end_of_turn"]),
+        (
+            K25_PROMPT,
+            "R",
+            "A<|im_end|><|im_end|>",
+            "stop",
+            ["R</think>A<|im_end|>"],
+            ["leaked_end_of_turn"],
+        ),
         # Truncation: no end-of-turn; cut inside reasoning is ambiguous at the think_end boundary.
         (K25_PROMPT, "R", "A", "length", ["R</think>A"], []),
         (K25_PROMPT, "R", "", "length", ["R", "R</think>"], []),
@@ -50,10 +62,18 @@ def test_prompt_modes():
         (OFF_PROMPT, None, "A", "stop", ["A<|im_end|>"], []),
         (OFF_PROMPT, "R", "A", "stop", ["A<|im_end|>"], ["reasoning_in_non_thinking_prompt"]),
         # Raw tool-call tokens in content are part of the text.
-        (K25_PROMPT, "R", "x<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
-         "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>", "stop",
-         ["R</think>x<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
-          "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"], []),
+        (
+            K25_PROMPT,
+            "R",
+            "x<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+            "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+            "stop",
+            [
+                "R</think>x<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+                "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+            ],
+            [],
+        ),
     ],
 )
 def test_readings(prompt, reasoning, content, finish, texts, notes):
@@ -66,3 +86,15 @@ def test_readings(prompt, reasoning, content, finish, texts, notes):
 def test_qwen3_layout_keeps_whitespace_verbatim():
     reading = read_completion(completion("\nR\n", "\n\nA"), "<|im_start|>assistant\n", QWEN3)
     assert reading.texts == ["<think>\nR\n</think>\n\nA<|im_end|>"]
+
+
+def test_strip_invisible_on_both_edges_at_once():
+    from draftgen.reconstruct import strip_is_invisible
+    from draftgen.tokenizer import encode, load_tokenizer
+
+    tokenizer = load_tokenizer("fixture:kimi-k2.5")
+    stripped = "```\n$ ls -la\n```"
+    original = " " + stripped + "\n"
+    # The soak found this one: one edge alone changes the count, both together do not.
+    assert len(encode(tokenizer, original)) == len(encode(tokenizer, stripped))
+    assert strip_is_invisible(stripped, tokenizer)

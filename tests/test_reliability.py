@@ -21,11 +21,19 @@ TOKENIZER = "fixture:kimi-k2.5"
 
 
 def stored_count(out):
-    return sqlite3.connect(out / "draftgen.sqlite").execute("SELECT count(*) FROM completions").fetchone()[0]
+    return (
+        sqlite3.connect(out / "draftgen.sqlite")
+        .execute("SELECT count(*) FROM completions")
+        .fetchone()[0]
+    )
 
 
 def spent(out):
-    return sqlite3.connect(out / "draftgen.sqlite").execute("SELECT sum(cost) FROM completions").fetchone()[0]
+    return (
+        sqlite3.connect(out / "draftgen.sqlite")
+        .execute("SELECT sum(cost) FROM completions")
+        .fetchone()[0]
+    )
 
 
 def test_max_cost_stops_sending_says_what_was_spent_and_resumes(tmp_path):
@@ -34,8 +42,9 @@ def test_max_cost_stops_sending_says_what_was_spent_and_resumes(tmp_path):
         inputs = write_prompts(tmp_path / "p.jsonl", 60, invalid=False)
         out = tmp_path / "run"
         # One completion costs about $0.0003 here; allow roughly ten of them.
-        result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, "--concurrency", "16",
-                                    "--max-cost", "0.003"))
+        result = draftgen(
+            *run_args(sim, [inputs], out, TOKENIZER, "--concurrency", "16", "--max-cost", "0.003")
+        )
         assert result.returncode == 3, result.stderr
         assert "reached --max-cost $0.0030: spent $" in result.stderr
         first = stored_count(out)
@@ -51,8 +60,13 @@ def test_max_cost_stops_sending_says_what_was_spent_and_resumes(tmp_path):
 
 def start_run(sim, inputs, out, *extra):
     env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET}
-    return subprocess.Popen([sys.executable, "-m", "draftgen.cli", *run_args(sim, [inputs], out, TOKENIZER, *extra)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "draftgen.cli", *run_args(sim, [inputs], out, TOKENIZER, *extra)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_stored(out, count, process, timeout=120):
@@ -83,8 +97,15 @@ def test_ctrl_c_stops_sending_and_stores_what_was_in_flight(tmp_path):
         assert stored_count(out) == len(sim.truth()) < 150
         # The interrupted run reconstructed what it reached in the background; export does the
         # rest, so nothing paid is unusable.
-        result = draftgen("export", str(out), "--format", "specforge", "--out",
-                          str(tmp_path / "x.jsonl"), "--include-unverified")
+        result = draftgen(
+            "export",
+            str(out),
+            "--format",
+            "specforge",
+            "--out",
+            str(tmp_path / "x.jsonl"),
+            "--include-unverified",
+        )
         assert result.returncode == 0, result.stderr
         done_late = re.search(r"reconstructed (\d+) samples", result.stdout)
         assert done_late is None or int(done_late.group(1)) <= stored_count(out)
@@ -120,7 +141,9 @@ def test_run_wide_retry_budget_stops_a_hopeless_run(tmp_path):
     sim = SimProcess(tmp_path, TOKENIZER, [("server_error", 1.0)])
     try:
         inputs = write_prompts(tmp_path / "p.jsonl", 20, invalid=False)
-        result = draftgen(*run_args(sim, [inputs], tmp_path / "run", TOKENIZER, "--max-retries", "10"))
+        result = draftgen(
+            *run_args(sim, [inputs], tmp_path / "run", TOKENIZER, "--max-retries", "10")
+        )
         assert result.returncode == 2
         assert "used up its retry budget (10 retries, last: server_error)" in result.stderr
     finally:
@@ -130,8 +153,17 @@ def test_run_wide_retry_budget_stops_a_hopeless_run(tmp_path):
 def test_full_disk_gives_a_clear_error_and_a_resumable_store(tmp_path):
     store = Store(tmp_path)
     writer = CompletionWriter(store.path)
-    completion = Completion("g", "p", "m", "r" * 2000, "a" * 2000, None, "stop", "stop",
-                            {"prompt_tokens": 1, "completion_tokens": 1, "cost": 0.1})
+    completion = Completion(
+        "g",
+        "p",
+        "m",
+        "r" * 2000,
+        "a" * 2000,
+        None,
+        "stop",
+        "stop",
+        {"prompt_tokens": 1, "completion_tokens": 1, "cost": 0.1},
+    )
     request = b'{"messages": [], "tools": null}'
 
     async def fill():
@@ -143,7 +175,8 @@ def test_full_disk_gives_a_clear_error_and_a_resumable_store(tmp_path):
                 return committed, str(exc)
             committed += 1
             if i == 5:  # the disk fills up now: SQLite answers SQLITE_FULL from here on
-                writer._db.execute("PRAGMA max_page_count = %d" % writer._db.execute("PRAGMA page_count").fetchone()[0])
+                pages = writer._db.execute("PRAGMA page_count").fetchone()[0]
+                writer._db.execute(f"PRAGMA max_page_count = {pages}")
         return committed, None
 
     committed, message = asyncio.run(fill())

@@ -47,16 +47,28 @@ def test_second_process_cannot_take_the_lock(tmp_path):
 def test_writer_commits_groups_and_failures_clear_on_success(tmp_path):
     store = Store(tmp_path)
     writer = CompletionWriter(store.path)
-    completion = Completion("gen-1", "Chutes", "m", "r", "a", None, "stop", "stop",
-                            {"prompt_tokens": 3, "completion_tokens": 4, "cost": 0.5})
+    completion = Completion(
+        "gen-1",
+        "Chutes",
+        "m",
+        "r",
+        "a",
+        None,
+        "stop",
+        "stop",
+        {"prompt_tokens": 3, "completion_tokens": 4, "cost": 0.5},
+    )
 
     async def main():
         await writer.add_failure("k0", "s", 0, "gave_up", 8, [{"kind": "server_error"}])
-        await asyncio.gather(*[
-            writer.add_completion(f"k{i}", "s", i, b'{"messages": [], "tools": null}', completion,
-                                  1, [], 0.1)
-            for i in range(50)
-        ])
+        await asyncio.gather(
+            *[
+                writer.add_completion(
+                    f"k{i}", "s", i, b'{"messages": [], "tools": null}', completion, 1, [], 0.1
+                )
+                for i in range(50)
+            ]
+        )
 
     asyncio.run(main())
     writer.close()
@@ -74,9 +86,11 @@ def test_samples_round_trip_and_export_filter(tmp_path):
     for key in ("a", "b"):
         asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
     writer.close()
-    store.add_samples([
-        TokenSample("a", [5, 6, 163586], 1, True, "ok"),
-        TokenSample("b", [5, 7], 1, False, "completion_count_mismatch"),
-    ])
+    store.add_samples(
+        [
+            TokenSample("a", [5, 6, 163586], 1, True, "ok"),
+            TokenSample("b", [5, 7], 1, False, "completion_count_mismatch"),
+        ]
+    )
     assert [r["input_ids"] for r in store.export_rows(False)] == [[5, 6, 163586]]
     assert [r["verified"] for r in store.export_rows(True)] == [True, False]

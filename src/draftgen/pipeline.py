@@ -204,6 +204,7 @@ async def _generate(
             progress.stopped = reason
             client.stop(reason)
             stop.set()
+
     progress.errors = client.stats.errors
     rejected = open(options.out / REJECTED_NAME, "wb")
 

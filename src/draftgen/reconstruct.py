@@ -311,8 +311,10 @@ def strip_is_invisible(content: str, tokenizer: Any) -> bool:
     if not content:
         return False
     count = len(tok.encode(tokenizer, content))
+    # Both edges at once too: a strip takes leading and trailing whitespace together.
     return any(
-        len(tok.encode(tokenizer, edge + content)) == count
-        or len(tok.encode(tokenizer, content + edge)) == count
-        for edge in EDGE_WHITESPACE[1:]
+        len(tok.encode(tokenizer, lead + content + trail)) == count
+        for lead in EDGE_WHITESPACE
+        for trail in EDGE_WHITESPACE
+        if lead or trail
     )

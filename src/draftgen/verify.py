@@ -63,10 +63,7 @@ def verify_sample(
     whitespace_repair: str | None = None,
 ) -> Verdict:
     completion = stored.completion
-    details = list(notes)
-    special = special_text_in_prompt(stored.messages, profile)
-    if special:
-        details.append(f"special_text_in_prompt={special}")
+    details = list(notes) + _prompt_notes(stored, profile)
     failures: list[tuple[str, str]] = []
     rebuilt = TOOL_CALLS_REBUILT in notes
     if completion.tool_calls and not rebuilt:
@@ -123,10 +120,7 @@ def verify_sample(
         )
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
-    if failures:
-        details.extend(text for _, text in failures)
-        return Verdict(False, failures[0][0], "; ".join(details))
-    return Verdict(True, OK, "; ".join(details))
+    return _verdict(failures, details)
 
 
 def verify_server_ids(
@@ -143,10 +137,7 @@ def verify_server_ids(
     what the model saw, so it is reported, not failed: text-only runs of it would be wrong.
     """
     completion = stored.completion
-    details: list[str] = []
-    special = special_text_in_prompt(stored.messages, profile)
-    if special:
-        details.append(f"special_text_in_prompt={special}")
+    details = _prompt_notes(stored, profile)
     if not template_agrees:
         details.append("server_prompt_differs_from_local_template")
     failures: list[tuple[str, str]] = []
@@ -162,10 +153,7 @@ def verify_server_ids(
             )
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
-    if failures:
-        details.extend(text for _, text in failures)
-        return Verdict(False, failures[0][0], "; ".join(details))
-    return Verdict(True, OK, "; ".join(details))
+    return _verdict(failures, details)
 
 
 def verify_logprob_ids(
@@ -184,10 +172,7 @@ def verify_logprob_ids(
     restored by them, and reported).
     """
     completion = stored.completion
-    details = list(notes)
-    special = special_text_in_prompt(stored.messages, profile)
-    if special:
-        details.append(f"special_text_in_prompt={special}")
+    details = list(notes) + _prompt_notes(stored, profile)
     failures: list[tuple[str, str]] = []
     if completion.prompt_tokens is None:
         failures.append((NO_USAGE, "the response carried no token counts to check against"))
@@ -208,10 +193,7 @@ def verify_logprob_ids(
             failures.append((LOGPROB_TEXT_MISMATCH, "the logprob tokens do not spell the content"))
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
-    if failures:
-        details.extend(text for _, text in failures)
-        return Verdict(False, failures[0][0], "; ".join(details))
-    return Verdict(True, OK, "; ".join(details))
+    return _verdict(failures, details)
 
 
 def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:
@@ -224,3 +206,15 @@ def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:
             if text in content:
                 return text
     return ""
+
+
+def _prompt_notes(stored: StoredCompletion, profile: ModelProfile) -> list[str]:
+    special = special_text_in_prompt(stored.messages, profile)
+    return [f"special_text_in_prompt={special}"] if special else []
+
+
+def _verdict(failures: list[tuple[str, str]], details: list[str]) -> Verdict:
+    """Verified if nothing failed; else the first failure is the reason, all go in the detail."""
+    details = details + [text for _, text in failures]
+    reason = failures[0][0] if failures else OK
+    return Verdict(not failures, reason, "; ".join(details))

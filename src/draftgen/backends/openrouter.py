@@ -115,7 +115,9 @@ def parse_completion(body: bytes) -> Completion:
         model=_str_or_none(obj.get("model")),
         reasoning=_reasoning_of(message),
         content=_str_or_none(message.get("content")),
-        tool_calls=message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else None,
+        tool_calls=message.get("tool_calls")
+        if isinstance(message.get("tool_calls"), list)
+        else None,
         finish_reason=_str_or_none(choice.get("finish_reason")),
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
         usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else {},

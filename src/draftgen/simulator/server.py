@@ -101,6 +101,7 @@ def _rng(*parts: object) -> random.Random:
     digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
 
+
 # Share of answers with whitespace at their edges, as models write them.
 NATURAL_EDGE_WHITESPACE = 0.15
 
