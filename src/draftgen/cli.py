@@ -138,13 +138,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser("export", help="write training files from a run")
     export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    export.add_argument("--format", default="specforge", help="specforge (default)")
-    export.add_argument("--out", required=True, type=Path, metavar="FILE")
+    export.add_argument(
+        "--format",
+        default="specforge",
+        choices=("specforge", "specforge-text", "parquet", "hf"),
+        help="specforge: pre-tokenized JSONL (default); specforge-text: conversations JSONL; "
+        "parquet: one Parquet file; hf: a datasets.save_to_disk directory",
+    )
+    export.add_argument(
+        "--out", required=True, type=Path, metavar="PATH", help="file (a directory for hf)"
+    )
     export.add_argument(
         "--include-unverified",
         action="store_true",
         help="also write unverified and truncated samples (verified: false)",
     )
+
+    vocab = commands.add_parser(
+        "vocab", help="draft vocabulary (d2t, t2d) from generated tokens, as SpecForge builds it"
+    )
+    vocab.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    vocab.add_argument(
+        "--size", type=_positive_int, default=32000, metavar="N", help="draft vocabulary size"
+    )
+    vocab.add_argument("--out", required=True, type=Path, metavar="DIR")
+    vocab.add_argument(
+        "--vocab-size",
+        type=_positive_int,
+        metavar="N",
+        help="target vocabulary size (the model config's vocab_size; default: the size of the "
+        "tokenizer the run recorded)",
+    )
+    vocab.add_argument(
+        "--include-unverified",
+        action="store_true",
+        help="also count unverified and truncated samples",
+    )
+
+    report = commands.add_parser(
+        "report", help="write RUN_DIR/report.html (pictures) and RUN_DIR/report.json"
+    )
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
     status = commands.add_parser("status", help="counts by outcome and reason")
     status.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -223,9 +257,11 @@ def _is_user_error(exc: Exception) -> bool:
     from draftgen.profiles import UnknownProfileError
     from draftgen.store import StoreError
     from draftgen.tokenizer import TokenizerLoadError
+    from draftgen.vocab import VocabError
 
     return isinstance(
-        exc, (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError)
+        exc,
+        (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError, VocabError),
     )
 
 
@@ -262,8 +298,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = asyncio.run(run(options))
     print(format_status(summary.counts, args.out))
     if summary.stopped == "interrupted":
-        print("draftgen: interrupted; everything stored is kept and the same command resumes",
-              file=sys.stderr)
+        print(
+            "draftgen: interrupted; everything stored is kept and the same command resumes",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     if summary.stopped:
         print(f"draftgen: stopped: {summary.stopped}", file=sys.stderr)
@@ -284,6 +322,47 @@ def cmd_export(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(f"wrote {written} rows to {args.out}")
+    return 0
+
+
+def cmd_vocab(args: argparse.Namespace) -> int:
+    from draftgen.pipeline import open_existing, reconstruct_pending
+    from draftgen.vocab import build_from_store, target_vocab_size, write_mapping
+
+    store = open_existing(args.run_dir)
+    try:
+        made = reconstruct_pending(store)
+        if made:
+            print(f"reconstructed {made} samples the run had not reached (it was interrupted)")
+        size = args.vocab_size
+        if size is None:
+            size = target_vocab_size(store)
+            print(
+                f"target vocabulary: {size} ids (the tokenizer {store.meta('tokenizer')}); pass "
+                "--vocab-size if the model's config.json says otherwise"
+            )
+        mapping = build_from_store(store, args.size, size, args.include_unverified)
+    finally:
+        store.close()
+    paths = write_mapping(mapping, args.out)
+    print(
+        f"draft vocabulary of {len(mapping.used_ids)} ids covers {mapping.coverage:.2%} of "
+        f"{mapping.supervised_tokens} generated tokens in {mapping.samples} samples"
+    )
+    print("wrote " + ", ".join(str(path) for path in paths))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from draftgen.pipeline import open_existing
+    from draftgen.report import write_report
+
+    store = open_existing(args.run_dir)
+    try:
+        json_path, html_path = write_report(store)
+    finally:
+        store.close()
+    print(f"wrote {html_path} and {json_path}")
     return 0
 
 
@@ -388,6 +467,7 @@ def _positive_int(text: str) -> int:
 
 
 COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulate": cmd_simulate}
+COMMANDS.update(vocab=cmd_vocab, report=cmd_report)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -328,6 +328,61 @@ class Store:
                 "id_source": id_source,
             }
 
+    def export_completions(
+        self, include_unverified: bool
+    ) -> Iterator[tuple[StoredCompletion, dict]]:
+        """The completions of the samples ``export_rows`` yields, in the same order, each with
+        its verdict (``verified``, ``verify_reason``): for exports that keep text, not ids."""
+        sql = (
+            SELECT_COMPLETIONS.replace(
+                "SELECT ",
+                "SELECT s.verified AS sample_verified, s.truncated AS sample_truncated,"
+                " s.reason AS sample_reason, ",
+                1,
+            )
+            + " JOIN samples s ON s.key = c.key"
+        )
+        if not include_unverified:
+            sql += " WHERE s.verified = 1 AND s.truncated = 0"
+        cursor = self.db.execute(sql + " ORDER BY c.source_id, c.turn")
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            row = dict(zip(names, values, strict=True))
+            verified, truncated = row.pop("sample_verified"), row.pop("sample_truncated")
+            verdict = {
+                "verified": bool(verified) and not truncated,
+                "verify_reason": row.pop("sample_reason"),
+            }
+            yield _stored_completion(row), verdict
+
+    def report_rows(self) -> Iterator[dict]:
+        """One dict per stored completion with what ``draftgen report`` draws: usage, latency,
+        time, attempt errors, and its sample's verdict (None before reconstruction)."""
+        cursor = self.db.execute(
+            "SELECT c.key, c.provider, c.finish_reason, c.prompt_tokens, c.completion_tokens,"
+            " c.reasoning_tokens, c.cost, c.latency, c.created_at, c.attempts, c.errors,"
+            " s.prompt_len, length(s.input_ids) / 4 AS sample_len, s.verified, s.truncated,"
+            " s.reason FROM completions c LEFT JOIN samples s ON s.key = c.key"
+            " ORDER BY c.created_at"
+        )
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            row = dict(zip(names, values, strict=True))
+            row["errors"] = orjson.loads(row["errors"]) if row["errors"] else []
+            yield row
+
+    def failure_rows(self) -> Iterator[dict]:
+        """One dict per request that finally failed: reason, attempts, attempt errors, time."""
+        cursor = self.db.execute(
+            "SELECT key, source_id, turn, reason, attempts, errors, created_at FROM failures"
+            " ORDER BY created_at"
+        )
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            row = dict(zip(names, values, strict=True))
+            row["errors"] = orjson.loads(row["errors"]) if row["errors"] else []
+            yield row
+
     def counts(self) -> dict:
         """Everything ``draftgen status`` prints."""
         one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
