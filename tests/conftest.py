@@ -85,6 +85,15 @@ def draftgen(
     )
 
 
+def export_all(out: Path, path: Path) -> Path:
+    """``draftgen export --include-unverified`` of a run, asserted to succeed."""
+    result = draftgen(
+        "export", str(out), "--format", "specforge", "--out", str(path), "--include-unverified"
+    )
+    assert result.returncode == 0, result.stderr
+    return path
+
+
 def run_args(
     sim: SimProcess, inputs: list[Path], out: Path, tokenizer: str, *extra: str
 ) -> list[str]:

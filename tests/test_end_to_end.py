@@ -20,6 +20,7 @@ from conftest import (
     SimProcess,
     check_against_truth,
     draftgen,
+    export_all,
     read_jsonl,
     run_args,
     write_prompts,
@@ -163,18 +164,7 @@ def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
         after = dict(db.execute("SELECT generation_id, key FROM completions"))
         assert all(after.get(g) == k for g, k in before.items()), "a stored completion changed"
         export_path = tmp_path / "all.jsonl"
-        assert (
-            draftgen(
-                "export",
-                str(out),
-                "--format",
-                "specforge",
-                "--out",
-                str(export_path),
-                "--include-unverified",
-            ).returncode
-            == 0
-        )
+        export_all(out, export_path)
         check_against_truth(out, sim, export_path)
     finally:
         sim.stop()

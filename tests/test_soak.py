@@ -18,7 +18,15 @@ import sys
 import time
 
 import pytest
-from conftest import SECRET, SimProcess, check_against_truth, draftgen, run_args, write_prompts
+from conftest import (
+    SECRET,
+    SimProcess,
+    check_against_truth,
+    draftgen,
+    export_all,
+    run_args,
+    write_prompts,
+)
 
 from draftgen.ingest import Conversation, read_conversations
 from draftgen.plan import plan_turns
@@ -159,18 +167,7 @@ def test_soak_with_kills(tmp_path, request, stream):
         assert completed | set(failed) == planned_keys(inputs)
         assert all(failed.values())
         export_path = tmp_path / "all.jsonl"
-        assert (
-            draftgen(
-                "export",
-                str(out),
-                "--format",
-                "specforge",
-                "--out",
-                str(export_path),
-                "--include-unverified",
-            ).returncode
-            == 0
-        )
+        export_all(out, export_path)
         exact, flagged, rows = check_against_truth(out, sim, export_path, allow_failures=True)
         assert exact > prompts // 3
         seen = collections.Counter()

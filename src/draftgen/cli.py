@@ -309,15 +309,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from draftgen.export import export
+def _open_reconstructed(run_dir: Path):
+    """The run's store, with whatever an interrupted run stored but did not reconstruct done."""
     from draftgen.pipeline import open_existing, reconstruct_pending
 
-    store = open_existing(args.run_dir)
+    store = open_existing(run_dir)
     try:
         made = reconstruct_pending(store)
-        if made:
-            print(f"reconstructed {made} samples the run had not reached (it was interrupted)")
+    except BaseException:
+        store.close()
+        raise
+    if made:
+        print(f"reconstructed {made} samples the run had not reached (it was interrupted)")
+    return store
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from draftgen.export import export
+
+    store = _open_reconstructed(args.run_dir)
+    try:
         written = export(store, args.format, args.out, args.include_unverified)
     finally:
         store.close()
@@ -326,14 +337,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_vocab(args: argparse.Namespace) -> int:
-    from draftgen.pipeline import open_existing, reconstruct_pending
     from draftgen.vocab import build_from_store, target_vocab_size, write_mapping
 
-    store = open_existing(args.run_dir)
+    store = _open_reconstructed(args.run_dir)
     try:
-        made = reconstruct_pending(store)
-        if made:
-            print(f"reconstructed {made} samples the run had not reached (it was interrupted)")
         size = args.vocab_size
         if size is None:
             size = target_vocab_size(store)
