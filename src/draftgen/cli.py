@@ -327,11 +327,8 @@ def _open_reconstructed(run_dir: Path):
 def cmd_export(args: argparse.Namespace) -> int:
     from draftgen.export import export
 
-    store = _open_reconstructed(args.run_dir)
-    try:
+    with _open_reconstructed(args.run_dir) as store:
         written = export(store, args.format, args.out, args.include_unverified)
-    finally:
-        store.close()
     print(f"wrote {written} rows to {args.out}")
     return 0
 
@@ -339,8 +336,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_vocab(args: argparse.Namespace) -> int:
     from draftgen.vocab import build_from_store, target_vocab_size, write_mapping
 
-    store = _open_reconstructed(args.run_dir)
-    try:
+    with _open_reconstructed(args.run_dir) as store:
         size = args.vocab_size
         if size is None:
             size = target_vocab_size(store)
@@ -349,8 +345,6 @@ def cmd_vocab(args: argparse.Namespace) -> int:
                 "--vocab-size if the model's config.json says otherwise"
             )
         mapping = build_from_store(store, args.size, size, args.include_unverified)
-    finally:
-        store.close()
     paths = write_mapping(mapping, args.out)
     print(
         f"draft vocabulary of {len(mapping.used_ids)} ids covers {mapping.coverage:.2%} of "
@@ -364,11 +358,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from draftgen.pipeline import open_existing
     from draftgen.report import write_report
 
-    store = open_existing(args.run_dir)
-    try:
+    with open_existing(args.run_dir) as store:
         json_path, html_path = write_report(store)
-    finally:
-        store.close()
     print(f"wrote {html_path} and {json_path}")
     return 0
 
@@ -378,11 +369,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from draftgen.pipeline import open_existing
 
-    store = open_existing(args.run_dir)
-    try:
+    with open_existing(args.run_dir) as store:
         counts = store.counts()
-    finally:
-        store.close()
     if args.json:
         print(orjson.dumps(counts, option=orjson.OPT_INDENT_2).decode())
     else:

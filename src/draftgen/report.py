@@ -308,9 +308,24 @@ def _section(title: str, body: str, note: str = "", wide: bool = False) -> str:
 
 
 def bar_chart(path: str, table: dict, colours: dict | None = None) -> str:
-    """Horizontal bars, one per entry, the count printed at the end of each."""
+    """Horizontal bars, one per entry, with their counts tagged in a table below."""
     if not table:
         return f'<p class="empty">{html.escape(path.replace("_", " "))}: none</p>'
+    svg = _bars_svg(
+        table,
+        lambda i, name: (colours or {}).get(name, PALETTE[i % len(PALETTE)]),
+        lambda name, count: f"<title>{html.escape(str(name))}: {count}</title>",
+    )
+    rows = "".join(
+        f"<tr><td>{html.escape(str(name))}</td>"
+        f'<td class="r">{metric((path, name), count)}</td></tr>'
+        for name, count in table.items()
+    )
+    return svg + f'<table class="counts">{rows}</table>'
+
+
+def _bars_svg(table: dict, colour_of, inner_of, label_of=None) -> str:
+    """The SVG of horizontal bars scaled to the largest value; callers choose colour and labels."""
     label_w, bar_w, row_h = 230, 420, 24
     peak = max(table.values()) or 1
     height = row_h * len(table) + 8
@@ -318,23 +333,21 @@ def bar_chart(path: str, table: dict, colours: dict | None = None) -> str:
         f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 90} {height}" '
         f'width="{label_w + bar_w + 90}" height="{height}" role="img">'
     ]
-    for i, (name, count) in enumerate(table.items()):
+    for i, (name, value) in enumerate(table.items()):
         y = 4 + i * row_h
-        colour = (colours or {}).get(name, PALETTE[i % len(PALETTE)])
-        width = max(1.0, bar_w * count / peak) if count else 0
-        label = html.escape(str(name))
+        width = max(1.0, bar_w * value / peak) if value else 0
         parts.append(
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{label}</text>'
-            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
-            f'fill="{colour}"><title>{label}: {count}</title></rect>'
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(str(name))}'
+            f'</text><rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
+            f'fill="{colour_of(i, name)}">{inner_of(name, value)}</rect>'
         )
+        if label_of is not None:
+            parts.append(
+                f'<text x="{label_w + width + 6:.1f}" y="{y + 16}" class="tick">'
+                f"{label_of(value)}</text>"
+            )
     parts.append("</svg>")
-    rows = "".join(
-        f"<tr><td>{html.escape(str(name))}</td>"
-        f'<td class="r">{metric((path, name), count)}</td></tr>'
-        for name, count in table.items()
-    )
-    return "".join(parts) + f'<table class="counts">{rows}</table>'
+    return "".join(parts)
 
 
 def histogram(name: str, dist: dict) -> str:
@@ -411,25 +424,12 @@ def provider_section(table: list[dict]) -> str:
 
 def bar_chart_plain(table: dict, unit: str) -> str:
     """Bars without data-metric tags (their numbers are in the table below)."""
-    label_w, bar_w, row_h = 230, 420, 24
-    peak = max(table.values()) or 1
-    height = row_h * len(table) + 8
-    parts = [
-        f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 90} {height}" '
-        f'width="{label_w + bar_w + 90}" height="{height}" role="img">'
-    ]
-    for i, (name, value) in enumerate(table.items()):
-        y = 4 + i * row_h
-        width = max(1.0, bar_w * value / peak) if value else 0
-        parts.append(
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(name)}</text>'
-            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
-            f'fill="{PALETTE[(i + 1) % len(PALETTE)]}"/>'
-            f'<text x="{label_w + width + 6:.1f}" y="{y + 16}" class="tick">{value:.3f} {unit}'
-            "</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    return _bars_svg(
+        table,
+        lambda i, name: PALETTE[(i + 1) % len(PALETTE)],
+        lambda name, value: "",
+        lambda value: f"{value:.3f} {unit}",
+    )
 
 
 def throughput_chart(data: dict) -> str:

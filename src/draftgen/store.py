@@ -144,6 +144,12 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- settings -------------------------------------------------------------------------------
 
     def check_settings(self, settings: dict) -> None:
