@@ -38,11 +38,20 @@ def chat_body(**extra) -> bytes:
 
 
 def test_registry_names_and_unknown_backend():
-    assert BACKEND_NAMES == ("openrouter", "vllm", "sglang")
-    assert [get_backend(n).id_source for n in BACKEND_NAMES] == ["text", "server", "server"]
+    assert BACKEND_NAMES == ("openrouter", "vllm", "sglang", "sglang-generate")
+    assert [get_backend(n).id_source for n in BACKEND_NAMES] == ["text"] + ["server"] * 3
+    # The simulator dialect that answers each: SGLang's two formats are one server.
+    assert [get_backend(n).dialect for n in BACKEND_NAMES] == [
+        "openrouter",
+        "vllm",
+        "sglang",
+        "sglang",
+    ]
     with pytest.raises(UnknownBackendError) as excinfo:
         get_backend("tgi")
-    assert str(excinfo.value) == "unknown backend 'tgi': use one of openrouter, vllm, sglang"
+    assert str(excinfo.value) == (
+        "unknown backend 'tgi': use one of openrouter, vllm, sglang, sglang-generate"
+    )
 
 
 def test_request_bodies_ask_for_ids():
@@ -195,32 +204,59 @@ def write_rows(path, count: int):
     return path
 
 
-def exported_against_truth(tmp_path, monkeypatch, dialect, tokenizer, stream, quirks=QUIRKS):
+FAULTS = {"rate_limit": 0.05, "server_error": 0.05}
+
+
+def run_options(tmp_path, rows, base_url: str, tokenizer: str, **overrides) -> RunOptions:
+    """The RunOptions every run here shares: fast retries, no progress lines, a test key."""
+    settings = {
+        "inputs": [str(rows)],
+        "model": "test/model",
+        "tokenizer": tokenizer,
+        "out": tmp_path / "run",
+        "base_url": base_url,
+        "api_key_env": "DRAFTGEN_TEST_KEY",
+        "concurrency": 8,
+        "retry_base_delay": 0.01,
+        "max_attempts": 12,
+        "progress_interval": 3600,
+    }
+    settings.update(overrides)
+    return RunOptions(**settings)
+
+
+def exported_against_truth(
+    tmp_path,
+    monkeypatch,
+    dialect,
+    tokenizer,
+    stream,
+    quirks=QUIRKS,
+    *,
+    backend=None,
+    faults=FAULTS,
+    max_tokens=None,
+):
     config = SimConfig(
         tokenizer=tokenizer,
         seed=7,
         min_tokens=10,
         max_tokens=60,
         quirks=quirks,
-        faults={"rate_limit": 0.05, "server_error": 0.05},
+        faults=faults,
         dialect=dialect,
         tool_call_rate=0.7,
     )
     monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
     with SimulatorThread(config) as sim:
-        options = RunOptions(
-            inputs=[str(write_rows(tmp_path / "rows.jsonl", 40))],
-            model="test/model",
-            tokenizer=tokenizer,
-            out=tmp_path / "run",
-            base_url=sim.base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=8,
+        options = run_options(
+            tmp_path,
+            write_rows(tmp_path / "rows.jsonl", 40),
+            sim.base_url,
+            tokenizer,
             stream=stream,
-            retry_base_delay=0.01,
-            max_attempts=12,
-            backend=dialect,
-            progress_interval=3600,
+            backend=backend or dialect,
+            max_tokens=max_tokens,
         )
         summary = asyncio.run(run(options))
         truth = dict(sim.truth)
@@ -402,19 +438,8 @@ def test_logprobs_give_exact_content_ids_where_the_text_cannot(tmp_path, monkeyp
         encoding="utf-8",
     )
     with SimulatorThread(config) as sim:
-        options = RunOptions(
-            inputs=[str(rows)],
-            model="test/model",
-            tokenizer="fixture:kimi-k2.5",
-            out=tmp_path / "run",
-            base_url=sim.base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=8,
-            stream=stream,
-            retry_base_delay=0.01,
-            max_attempts=12,
-            logprobs=True,
-            progress_interval=3600,
+        options = run_options(
+            tmp_path, rows, sim.base_url, "fixture:kimi-k2.5", stream=stream, logprobs=True
         )
         summary = asyncio.run(run(options))
         truth = dict(sim.truth)
@@ -442,3 +467,279 @@ def test_logprobs_give_exact_content_ids_where_the_text_cannot(tmp_path, monkeyp
     exactness = summary.counts["exactness"]
     assert set(exactness["id_sources"]) == {"logprobs", "text"}
     assert exactness["text_checks"]["agrees"] > 5
+
+
+# --- SGLang native /generate: draftgen's prompt ids in, the server's output ids out ----------
+
+
+def generate_prompt(ids=(1, 2, 3), stop_ids=(9,)):
+    from draftgen.native_turn import TokenPrompt
+
+    return TokenPrompt("prompt", list(ids), list(stop_ids))
+
+
+def generate_event(ids, total, finish=None, **meta) -> dict:
+    info = {"id": "rid-1", "finish_reason": finish, "prompt_tokens": 3, "completion_tokens": total}
+    return {"text": "ignored", "output_ids": ids, "meta_info": {**info, **meta}}
+
+
+def test_generate_request_sends_prompt_ids_and_sampling_params():
+    backend = get_backend("sglang-generate")
+    assert (backend.path, backend.needs_prompt_ids, backend.can_stream) == ("/generate", True, True)
+    settings = GenerationSettings(model="m", max_tokens=None, temperature=0.6, top_p=0.95, seed=4)
+    body = backend.request_body(settings, MESSAGES, None, True, True, prompt=generate_prompt())
+    assert body == {
+        "input_ids": [1, 2, 3],
+        "stream": True,
+        "sampling_params": {
+            # Sent as null: left out, SGLang stops after 128 tokens.
+            "max_new_tokens": None,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "stop_token_ids": [9],
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "sampling_seed": 4,
+        },
+    }
+    capped = backend.request_body(
+        GenerationSettings(model="m", max_tokens=64),
+        MESSAGES,
+        None,
+        False,
+        prompt=generate_prompt(),
+    )
+    assert capped["sampling_params"]["max_new_tokens"] == 64 and capped["stream"] is False
+
+
+def test_generate_response_keeps_the_stop_token_in_the_ids():
+    parse = get_backend("sglang-generate").parse_completion
+    completion = parse(
+        orjson.dumps(generate_event([5, 6, 9], 3, {"type": "stop", "matched": 9}, cached_tokens=1))
+    )
+    assert completion.completion_token_ids == [5, 6, 9]
+    assert (completion.finish_reason, completion.generation_id) == ("stop", "rid-1")
+    assert completion.usage == {
+        "prompt_tokens": 3,
+        "completion_tokens": 3,
+        "total_tokens": 6,
+        "prompt_tokens_details": {"cached_tokens": 1},
+    }
+    assert completion.raw_message == {"finish_reason": {"type": "stop", "matched": 9}}
+    cut = parse(orjson.dumps(generate_event([5, 6], 2, {"type": "length", "length": 2})))
+    assert cut.finish_reason == "length" and cut.prompt_token_ids is None  # the pipeline's part
+
+
+@pytest.mark.parametrize(
+    "body, kind, retryable, fatal, message",
+    [
+        (
+            generate_event([5], 1, {"type": "abort", "message": "scheduler restarted"}),
+            "finish_error",
+            True,
+            False,
+            "the server aborted the generation (scheduler restarted)",
+        ),
+        (
+            generate_event([], 0, {"type": "abort", "message": "too long", "status_code": 400}),
+            "rejected",
+            False,
+            False,
+            "too long",
+        ),
+        ({"error": {"message": "boom"}}, "error_in_body", True, False, "boom"),
+        (generate_event([], 0), "empty_completion", True, False, "empty completion"),
+        (
+            {"text": "A", "meta_info": generate_event([], 1, {"type": "stop"})["meta_info"]},
+            "no_token_ids",
+            False,
+            True,
+            "returned no output_ids",
+        ),
+        (generate_event([5], 1, {"type": "odd"}), "malformed_response", True, False, "'odd'"),
+        ({"text": "A"}, "malformed_response", True, False, "no meta_info object"),
+    ],
+)
+def test_generate_failures_are_classified(body, kind, retryable, fatal, message):
+    with pytest.raises(ApiError) as excinfo:
+        get_backend("sglang-generate").parse_completion(orjson.dumps(body))
+    error = excinfo.value
+    assert (error.kind, error.retryable, error.fatal) == (kind, retryable, fatal)
+    assert message in error.message
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_generate_stream_reads_cumulative_and_incremental_ids(incremental):
+    ids = [5, 6, 7, 8, 9]
+    cuts = [(0, 2), (2, 3), (3, 5)]
+    accumulator = get_backend("sglang-generate").stream_accumulator()
+    blob = b""
+    for start, end in cuts:
+        finish = {"type": "stop", "matched": 9} if end == len(ids) else None
+        piece = ids[start:end] if incremental else ids[:end]
+        blob += b"data: " + orjson.dumps(generate_event(piece, end, finish)) + b"\n\n"
+    blob += b"data: [DONE]\n\n"
+    for i in range(0, len(blob), 7):  # lines split anywhere, as TCP delivers them
+        accumulator.feed_bytes(blob[i : i + 7])
+    completion = accumulator.finish()
+    assert completion.completion_token_ids == ids and completion.finish_reason == "stop"
+
+
+def test_generate_stream_failures():
+    def fed(*events):
+        accumulator = get_backend("sglang-generate").stream_accumulator()
+        for event in events:
+            accumulator.feed_line(b"data: " + orjson.dumps(event))
+        return accumulator
+
+    with pytest.raises(ApiError, match="stream ids do not add up: 2 so far, 2 in this event"):
+        fed(generate_event([5, 6], 2), generate_event([7, 9], 5))
+    with pytest.raises(ApiError) as excinfo:
+        fed({"error": {"message": "out of memory"}})
+    assert (excinfo.value.kind, str(excinfo.value)) == (
+        "midstream_error",
+        "midstream_error: out of memory",
+    )
+    dropped = fed(generate_event([5], 1))
+    with pytest.raises(ApiError) as excinfo:
+        dropped.finish()
+    assert excinfo.value.kind == "connection_dropped"
+
+
+def test_split_reasoning_follows_the_prompt_and_the_profile_markers():
+    from draftgen.native_turn import split_reasoning
+    from draftgen.profiles import KIMI_K2, QWEN3
+
+    tools = "<|tool_calls_section_begin|><|tool_call_begin|>f<|tool_calls_section_end|>"
+    assert split_reasoning("R</think>A", "open", KIMI_K2) == ("R", "A")
+    assert split_reasoning("<think>R</think>A", "model_opens", KIMI_K2) == ("R", "A")
+    assert split_reasoning("A only", "model_opens", KIMI_K2) == (None, "A only")
+    assert split_reasoning("A</think>B", "closed", KIMI_K2) == (None, "A</think>B")
+    # Kimi's parser also ends reasoning at a tool-call section; the markup stays content.
+    assert split_reasoning("R" + tools, "open", KIMI_K2) == ("R", tools)
+    assert split_reasoning("R</think>A" + tools, "open", KIMI_K2) == ("R", "A" + tools)
+    assert split_reasoning("R" + tools, "open", QWEN3) == ("R" + tools, "")  # cut inside
+    assert split_reasoning("\nR\n</think>\n\nA", "open", QWEN3) == ("\nR\n", "\n\nA")
+
+
+GENERATE_FAULTS = {
+    "rate_limit": 0.04,
+    "server_error": 0.04,
+    "drop": 0.06,
+    "finish_error": 0.06,
+    "error_200": 0.04,
+    "empty": 0.04,
+    "malformed_json": 0.04,
+}
+# Provider quirks are listed to prove /generate ignores them: no parser runs there.
+GENERATE_QUIRKS = {"drift": 0.12, "tool_call_text": 0.35, "empty_reasoning": 0.1, **QUIRKS}
+
+
+@pytest.mark.parametrize(
+    "tokenizer, stream",
+    [
+        ("fixture:kimi-k2-thinking", False),
+        ("fixture:kimi-k2.5", True),
+        ("fixture:qwen3", True),
+    ],
+)
+def test_generate_exports_ground_truth_ids_with_faults_and_raw_tool_calls(
+    tmp_path, monkeypatch, tokenizer, stream
+):
+    summary, truth, rows, text_checks = exported_against_truth(
+        tmp_path,
+        monkeypatch,
+        "sglang",
+        tokenizer,
+        stream,
+        GENERATE_QUIRKS,
+        backend="sglang-generate",
+        faults=GENERATE_FAULTS,
+    )
+    # Rows with an old assistant answer regenerate it too: two turns each.
+    assert len(rows) == summary.counts["completions"] == len(truth) == 48
+    store = Store(tmp_path / "run", create=False)
+    try:
+        stored = {
+            key: (reasoning, content)
+            for key, reasoning, content in store.db.execute(
+                "SELECT key, reasoning, content FROM completions"
+            )
+        }
+    finally:
+        store.close()
+    markup = {"fixture:qwen3": "<tool_call>"}.get(tokenizer, "<|tool_calls_section_begin|>")
+    agree = disagree = tool_markup = 0
+    for row in rows:
+        record = truth[row["generation_id"]]
+        assert row["id_source"] == "server"
+        assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+        assert (row["verified"], row["verify_reason"]) == (True, "ok")
+        assert set(record["quirks"]) <= {"drift", "tool_call_text", "empty_reasoning"}
+        # The split of the ids is the model's own sections: reasoning, then content.
+        assert stored[row["key"]] == (record["reasoning"], record["content"])
+        tool_markup += "tool_call_text" in record["quirks"]
+        if "tool_call_text" in record["quirks"]:
+            assert markup in stored[row["key"]][1]
+        if record["text_exact"]:
+            assert text_checks[row["key"]] == "agrees", record["quirks"]
+            agree += 1
+        else:
+            assert text_checks[row["key"]] != "agrees", record["quirks"]
+            disagree += 1
+    assert agree > 15 and disagree >= 2 and tool_markup > 5
+    assert summary.progress.errors["finish_error"] > 0
+    exactness = summary.counts["exactness"]
+    assert exactness["id_sources"] == {"server": {"samples": 48, "verified": 48}}
+    assert exactness["text_agreement"] == round(agree / 48, 4)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_generate_truncated_by_max_new_tokens_is_exported_as_truncated(
+    tmp_path, monkeypatch, stream
+):
+    summary, truth, rows, text_checks = exported_against_truth(
+        tmp_path,
+        monkeypatch,
+        "sglang",
+        "fixture:kimi-k2.5",
+        stream,
+        {"tool_call_text": 0.3},
+        backend="sglang-generate",
+        max_tokens=25,
+    )
+    truncated = 0
+    for row in rows:
+        record = truth[row["generation_id"]]
+        assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+        assert len(record["completion_ids"]) <= 25
+        if record["finish_reason"] == "length":
+            truncated += 1
+            assert len(record["completion_ids"]) == 25
+            assert row["verified"] is False  # a cut turn is never training data unasked
+    assert truncated > 10
+    assert len(rows) == len(truth) == summary.counts["completions"]
+
+
+def test_cli_run_with_sglang_generate_against_the_embedded_simulator(tmp_path):
+    from conftest import draftgen
+
+    rows = write_rows(tmp_path / "rows.jsonl", 6)
+    out = tmp_path / "run"
+    result = draftgen(
+        "run",
+        "--input",
+        str(rows),
+        "--model",
+        "m",
+        "--tokenizer",
+        "fixture:kimi-k2-thinking",
+        "--out",
+        str(out),
+        "--backend",
+        "sglang-generate",
+    )
+    assert result.returncode == 0, result.stderr
+    as_json = json.loads(draftgen("status", str(out), "--json").stdout)
+    # Six rows, one with an old answer to regenerate: seven turns, every one verified.
+    assert as_json["exactness"]["id_sources"] == {"server": {"samples": 7, "verified": 7}}

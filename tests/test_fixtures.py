@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from draftgen.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
-from draftgen.profiles import DEEPSEEK_V3, KIMI_K2, QWEN3, detect_profile
+from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3, detect_profile
 from draftgen.tokenizer import decode, encode, load_tokenizer, render_prompt
 
 KIMI_NAMES = ("kimi-k2.5", "kimi-k2-thinking")
@@ -62,7 +62,57 @@ DEEPSEEK_IDS = {
     "<think>": 128821,
     "</think>": 128822,
 }
+# V3.1 keeps <think>/</think> at 128798/128799 and has no ｜DSML｜ token.
+DEEPSEEK_V31_IDS = {
+    **{k: v for k, v in DEEPSEEK_IDS.items() if k not in ("<think>", "</think>")},
+    "<think>": 128798,
+    "</think>": 128799,
+}
+# GLM's tokens sit at their real id + 314 (after Qwen's 151643 ranks).
+GLM_IDS = {
+    "<|endoftext|>": 151329 + 314,
+    "[gMASK]": 151331 + 314,
+    "<sop>": 151333 + 314,
+    "<|system|>": 151335 + 314,
+    "<|user|>": 151336 + 314,
+    "<|assistant|>": 151337 + 314,
+    "<|observation|>": 151338 + 314,
+    "<think>": 151350 + 314,
+    "</think>": 151351 + 314,
+    "<tool_call>": 151352 + 314,
+    "</tool_call>": 151353 + 314,
+    "<arg_key>": 151356 + 314,
+    "</arg_key>": 151357 + 314,
+    "<arg_value>": 151358 + 314,
+    "</arg_value>": 151359 + 314,
+}
+MINIMAX_IDS = {
+    "]~!b[": 151643,
+    "]~b]": 151644,
+    "[e~[": 151645,
+    "<think>": 151646,
+    "</think>": 151647,
+    "<minimax:tool_call>": 151648,
+    "</minimax:tool_call>": 151649,
+}
+# o200k_harmony's real ids.
+GPT_OSS_IDS = {
+    "<|startoftext|>": 199998,
+    "<|endoftext|>": 199999,
+    "<|return|>": 200002,
+    "<|constrain|>": 200003,
+    "<|channel|>": 200005,
+    "<|start|>": 200006,
+    "<|end|>": 200007,
+    "<|message|>": 200008,
+    "<|call|>": 200012,
+}
 SPECIAL_IDS = {
+    "deepseek-v3.1": DEEPSEEK_V31_IDS,
+    "deepseek-v3.2": DEEPSEEK_IDS,
+    "glm-4.6": GLM_IDS,
+    "minimax-m2": MINIMAX_IDS,
+    "gpt-oss": GPT_OSS_IDS,
     "kimi-k2.5": KIMI_IDS,
     "kimi-k2-thinking": KIMI_IDS,
     "qwen3": QWEN3_IDS,
@@ -142,8 +192,9 @@ def test_unknown_name_is_a_value_error_naming_the_fixtures(tmp_path):
     with pytest.raises(ValueError) as excinfo:
         build_fixture("llama-9", cache_dir=tmp_path)
     assert str(excinfo.value) == (
-        "unknown tokenizer fixture 'llama-9': use one of deepseek-v4, kimi-k2-thinking, "
-        "kimi-k2.5, qwen3, qwen3-instruct-2507, qwen3-thinking-2507"
+        "unknown tokenizer fixture 'llama-9': use one of deepseek-v3.1, deepseek-v3.2, "
+        "deepseek-v4, glm-4.6, gpt-oss, kimi-k2-thinking, kimi-k2.5, minimax-m2, qwen3, "
+        "qwen3-instruct-2507, qwen3-thinking-2507"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -195,6 +246,12 @@ def test_the_version_sees_the_template(tmp_path, monkeypatch):
         ("kimi-k2-thinking", KIMI_K2),
         ("qwen3", QWEN3),
         ("deepseek-v4", DEEPSEEK_V3),
+        ("deepseek-v3.1", DEEPSEEK_V3),
+        # V3.2's vocabulary is V4's: its DSML profile is forced by name, never detected.
+        ("deepseek-v3.2", DEEPSEEK_V3),
+        ("glm-4.6", GLM),
+        ("minimax-m2", MINIMAX_M2),
+        ("gpt-oss", GPT_OSS),
     ],
 )
 def test_profile_is_detected_from_the_vocabulary(tokenizers, name, profile):
@@ -208,6 +265,10 @@ def test_profile_is_detected_from_the_vocabulary(tokenizers, name, profile):
         ("kimi-k2-thinking", 163840, "[EOS]", 163585),
         ("qwen3", 151669, "<|im_end|>", 151645),
         ("deepseek-v4", 129280, "<｜end▁of▁sentence｜>", 1),
+        ("deepseek-v3.1", 129280, "<｜end▁of▁sentence｜>", 1),
+        ("glm-4.6", 151675, "<|endoftext|>", 151643),
+        ("minimax-m2", 151650, "[e~[", 151645),
+        ("gpt-oss", 201088, "<|return|>", 200002),
     ],
 )
 def test_vocabulary_size_and_eos(tokenizers, name, size, eos, eos_id):
@@ -691,3 +752,123 @@ def test_deepseek_content_is_verbatim(tokenizers):
         f"<｜begin▁of▁sentence｜><｜User｜>q<｜Assistant｜></think>{content}<｜end▁of▁sentence｜>"
         "<｜User｜>r<｜Assistant｜><think>"
     )
+
+
+# --- DeepSeek V3.1 / V3.2, GLM, MiniMax-M2, gpt-oss templates ---------------------------------
+
+
+def test_deepseek_v31_renames_keep_every_other_id(tokenizers):
+    v31, v4 = tokenizers["deepseek-v3.1"], tokenizers["deepseek-v4"]
+    assert encode(v31, "｜DSML｜") != [128825]
+    assert v31.convert_ids_to_tokens(128821) == "<｜place▁holder▁no▁821｜>"
+    text = "hello <｜User｜> world 中文"
+    assert encode(v31, text) == encode(v4, text)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (
+            "deepseek-v3.1",
+            "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Q1<｜Assistant｜></think>A1"
+            "<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜></think>",
+        ),
+        (
+            "deepseek-v3.2",
+            "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Q1<｜Assistant｜></think>A1"
+            "<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜><think>",
+        ),
+        (
+            "glm-4.6",
+            "[gMASK]<sop><|system|>\nBe brief.<|user|>\nQ1<|assistant|>\n<think></think>\nA1"
+            "<|user|>\nQ2<|assistant|>",
+        ),
+        (
+            "minimax-m2",
+            "]~!b[]~b]system\nBe brief.[e~[\n]~b]user\nQ1[e~[\n]~b]ai\n<think>\nr1\n</think>\n\n"
+            "A1[e~[\n]~b]user\nQ2[e~[\n]~b]ai\n<think>\n",
+        ),
+        (
+            "gpt-oss",
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI."
+            "\nKnowledge cutoff: 2024-06\nCurrent date: 2026-01-01\n\nReasoning: medium\n\n"
+            "# Valid channels: analysis, commentary, final. Channel must be included for every "
+            "message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
+            "<|start|>user<|message|>Q1<|end|><|start|>assistant<|channel|>final<|message|>A1"
+            "<|end|><|start|>user<|message|>Q2<|end|><|start|>assistant",
+        ),
+    ],
+)
+def test_new_family_multi_turn(tokenizers, name, expected):
+    messages = [{"role": "system", "content": "Be brief."}, *MULTI_TURN]
+    assert render(tokenizers[name], messages) == expected
+
+
+def test_thinking_switches_of_the_new_templates(tokenizers):
+    user = [{"role": "user", "content": "Hi"}]
+    assert render(tokenizers["deepseek-v3.1"], user, thinking=True).endswith(
+        "<｜Assistant｜><think>"
+    )
+    assert render(tokenizers["deepseek-v3.2"], user, thinking=False).endswith(
+        "<｜Assistant｜></think>"
+    )
+    assert render(tokenizers["glm-4.6"], user, enable_thinking=False).endswith(
+        "<|assistant|>\n<think></think>"
+    )
+
+
+PARSED_CALL = {
+    "id": "call_0",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+}
+PARSED_TOOL_CONVERSATION = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "need tool",
+        "tool_calls": [PARSED_CALL],
+    },
+    {"role": "tool", "tool_call_id": "call_0", "content": "18C"},
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "history"),
+    [
+        (
+            "glm-4.6",
+            "<|assistant|>\n<think>need tool</think>\n<tool_call>get_weather\n"
+            "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n"
+            "</tool_call><|observation|>\n<tool_response>\n18C\n</tool_response><|assistant|>",
+        ),
+        (
+            "minimax-m2",
+            "]~b]ai\n<think>\nneed tool\n</think>\n\n\n<minimax:tool_call>\n"
+            '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+            '<parameter name="days">2</parameter>\n'
+            "</invoke>\n</minimax:tool_call>[e~[\n]~b]tool\n<response>18C</response>[e~[\n"
+            "]~b]ai\n<think>\n",
+        ),
+        (
+            "deepseek-v3.2",
+            "<｜Assistant｜></think>\n\n<｜DSML｜function_calls>\n"
+            '<｜DSML｜invoke name="get_weather">\n'
+            '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+            '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
+            "</｜DSML｜invoke>\n</｜DSML｜function_calls><｜end▁of▁sentence｜>"
+            "<｜tool▁output▁begin｜>18C<｜tool▁output▁end｜>",
+        ),
+        (
+            "gpt-oss",
+            "<|start|>assistant<|channel|>analysis<|message|>need tool<|end|>"
+            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+            '{"city": "Paris", "days": 2}<|call|><|start|>functions.get_weather to=assistant'
+            "<|channel|>commentary<|message|>18C<|end|><|start|>assistant",
+        ),
+    ],
+)
+def test_new_family_tool_history(tokenizers, name, history):
+    text = render(tokenizers[name], PARSED_TOOL_CONVERSATION, tools=[WEATHER_TOOL])
+    assert text.endswith(history), text

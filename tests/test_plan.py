@@ -82,3 +82,25 @@ def test_keys_are_content_addressed():
         )
     )
     assert longer[0].key == a[0].key and longer[1].key != a[0].key
+
+
+def test_sample_zero_keeps_the_key_and_other_samples_get_their_own():
+    from draftgen.plan import original_answers, sample_chains
+
+    row = conv(
+        [
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "assistant", "content": "skipped: no question before it"},
+            {"role": "user", "content": "q2"},
+        ]
+    )
+    plans = plan_turns(row)
+    chains = sample_chains(plans, 3)
+    assert chains[0] == plans
+    assert [[p.sample for p in c] for c in chains] == [[0, 0], [1, 1], [2, 2]]
+    assert [c[1].source_id for c in chains] == ["s", "s#1", "s#2"]
+    keys = [p.key for c in chains for p in c]
+    assert len(set(keys)) == 6
+    assert sample_chains(plans, 3)[2][1].key == chains[2][1].key  # stable across resumes
+    assert original_answers(row) == ["a1"]

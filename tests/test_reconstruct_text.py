@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from draftgen.profiles import DEEPSEEK_V3, KIMI_K2, QWEN3
-from draftgen.reconstruct import prompt_mode, read_completion
+from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3
+from draftgen.reconstruct import delimiter_prefixes, prompt_mode, read_completion
 from draftgen.records import Completion
 
 K25_PROMPT = "<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
@@ -98,3 +98,119 @@ def test_strip_invisible_on_both_edges_at_once():
     # The soak found this one: one edge alone changes the count, both together do not.
     assert len(encode(tokenizer, original)) == len(encode(tokenizer, stripped))
     assert strip_is_invisible(stripped, tokenizer)
+
+
+HARMONY_PROMPT = "<|start|>user<|message|>hi<|end|><|start|>assistant"
+FINAL = "<|end|><|start|>assistant<|channel|>final<|message|>"
+GLM_PROMPT = "[gMASK]<sop><|user|>\nhi<|assistant|>"
+MINIMAX_PROMPT = "]~b]user\nhi[e~[\n]~b]ai\n<think>\n"
+CALL = {"id": "c", "function": {"name": "f", "arguments": "{}"}}
+
+
+def test_new_family_prompt_modes():
+    assert prompt_mode(HARMONY_PROMPT, GPT_OSS) == "model_opens"
+    assert prompt_mode(GLM_PROMPT, GLM) == "model_opens"
+    assert prompt_mode(GLM_PROMPT + "\n<think></think>", GLM) == "closed"
+    assert prompt_mode(MINIMAX_PROMPT, MINIMAX_M2) == "open"
+
+
+@pytest.mark.parametrize(
+    "profile, prompt, reasoning, content, finish, calls, texts",
+    [
+        # Harmony: the final channel's header lies between reasoning and answer.
+        (
+            GPT_OSS,
+            HARMONY_PROMPT,
+            "R",
+            "A",
+            "stop",
+            None,
+            ["<|channel|>analysis<|message|>R" + FINAL + "A<|return|>"],
+        ),
+        # A harmony tool-call turn: content is a commentary message, <|call|> ends the turn.
+        (
+            GPT_OSS,
+            HARMONY_PROMPT,
+            "R",
+            "A",
+            "tool_calls",
+            [CALL],
+            [
+                "<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>commentary"
+                "<|message|>A<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+                "<|constrain|>json<|message|>{}<|call|>",
+                "<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>commentary"
+                "<|message|>A<|end|><|start|>assistant<|channel|>commentary to=functions.f"
+                "<|message|>{}<|call|>",
+            ],
+        ),
+        # GLM: the model opens with "\n<think>"; a tool turn ends at <|observation|>.
+        (GLM, GLM_PROMPT, "R", "\nA", "stop", None, ["\n<think>R</think>\nA<|user|>"]),
+        (
+            GLM,
+            GLM_PROMPT,
+            "R",
+            "",
+            "tool_calls",
+            [CALL],
+            [
+                "\n<think>R</think>\n<tool_call>f\n</tool_call><|observation|>",
+                "\n<think>R</think><tool_call>f\n</tool_call><|observation|>",
+            ],
+        ),
+        # A leaked <|observation|> is stripped like any end of turn.
+        (
+            GLM,
+            GLM_PROMPT,
+            "R",
+            "<|observation|>",
+            "tool_calls",
+            [CALL],
+            [
+                "\n<think>R</think>\n<tool_call>f\n</tool_call><|observation|>",
+                "\n<think>R</think><tool_call>f\n</tool_call><|observation|>",
+            ],
+        ),
+        # MiniMax-M2 with the think block kept in content, re-opened by the provider.
+        (
+            MINIMAX_M2,
+            MINIMAX_PROMPT,
+            None,
+            "<think>R\n</think>\n\nA",
+            "stop",
+            None,
+            ["R\n</think>\n\nA[e~[", "<think>R\n</think>\n\nA[e~["],
+        ),
+    ],
+)
+def test_new_family_readings(profile, prompt, reasoning, content, finish, calls, texts):
+    reading = read_completion(completion(reasoning, content, finish, calls), prompt, profile)
+    assert reading.texts == texts
+
+
+def test_a_cut_can_fall_after_any_token_of_a_multi_token_delimiter():
+    assert delimiter_prefixes(QWEN3, False) == ["", "</think>"]
+    assert delimiter_prefixes(GPT_OSS, False) == [
+        "",
+        "<|end|>",
+        "<|end|><|start|>",
+        "<|end|><|start|>assistant",
+        "<|end|><|start|>assistant<|channel|>",
+        "<|end|><|start|>assistant<|channel|>final",
+        FINAL,
+    ]
+    assert delimiter_prefixes(GPT_OSS, True) == ["", "<|end|>"]
+    reading = read_completion(completion("R", "", "length"), HARMONY_PROMPT, GPT_OSS)
+    assert reading.texts[:2] == [
+        "<|channel|>analysis<|message|>R",
+        "<|channel|>analysis<|message|>R<|end|>",
+    ]
+    assert len(reading.texts) == 7
+
+
+def test_a_harmony_model_that_skips_the_analysis_channel_is_a_reading():
+    reading = read_completion(completion("", "A"), HARMONY_PROMPT, GPT_OSS)
+    assert reading.texts == [
+        "<|channel|>analysis<|message|><|end|><|start|>assistant<|channel|>final<|message|>A<|return|>",
+        "<|channel|>final<|message|>A<|return|>",
+    ]

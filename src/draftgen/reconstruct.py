@@ -2,7 +2,8 @@
 
 Prompt ids come from the tokenizer's own chat template over exactly the messages that were sent.
 Completion ids come from ``reasoning + think_end + content + end_of_turn``, shaped by how the
-prompt ends (``<think>`` already open, thinking closed, or the model opens it itself). Where the
+prompt ends (``<think>`` already open, thinking closed, or the model opens it itself) and framed
+as the profile says (harmony's channel headers, a tool-call turn's own end). Where the
 text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking),
 every reading is encoded and the provider's ``completion_tokens`` picks the one it generated.
 Structured ``tool_calls`` are rebuilt as the profile's markup after the content. Ids a server
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
-from draftgen.profiles import ModelProfile, ToolCallFormatError, ToolCallMarkup
+from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
 from draftgen.records import Completion, StoredCompletion, TokenSample
 from draftgen.verify import (
     TOOL_CALLS_REBUILT,
@@ -66,33 +67,50 @@ def read_completion(
     reasoning = completion.reasoning or ""
     content = completion.content or ""
     notes: list[str] = []
-    eot = profile.end_of_turn
-    if content.endswith(eot):
+    tool_turn = bool(completion.tool_calls)
+    eot = profile.turn_end(tool_turn)
+    leaked = {profile.end_of_turn, eot}
+    if any(content.endswith(text) for text in leaked):
         # The provider failed to strip the end-of-turn text; the real one is appended below.
-        while content.endswith(eot):
-            content = content[: -len(eot)]
+        while any(content.endswith(text) for text in leaked):
+            content = content[: -len(next(t for t in leaked if content.endswith(t)))]
         notes.append("leaked_end_of_turn")
     complete = completion.finish_reason in COMPLETE_FINISH_REASONS
     suffix = eot if complete else ""
     mode = prompt_mode(prompt_text, profile)
-    opened = profile.think_start if mode == "model_opens" else ""
+    opened = profile.think_lead + profile.think_start if mode == "model_opens" else ""
+    head, tail = profile.content_frame(content, tool_turn)
+    framed = head + content + tail
     if mode == "closed":
         if reasoning:
             notes.append("reasoning_in_non_thinking_prompt")
-        bodies = [content]
+        bodies = [framed]
     elif not reasoning and profile.think_end in content:
         # No reasoning split: the think markup is still inside content.
         notes.append("no_reasoning_split")
         if opened and content.startswith(opened):
             opened = ""
-        bodies = [opened + content]
+        elif opened and content.startswith(profile.think_start):
+            opened = profile.think_lead
+        # What closes the content before tool calls (harmony's <|end|>) is not content: the
+        # provider dropped it with the calls it parsed.
+        answer = content.partition(profile.think_end)[2]
+        unsplit_tail = profile.content_frame(answer, tool_turn)[1]
+        bodies = [opened + content + unsplit_tail]
+        if mode == "open" and content.startswith(profile.think_start):
+            # A provider that keeps the think block in content re-opens it there (MiniMax-M2
+            # on vLLM), although the prompt already holds think_start; the count decides.
+            bodies.insert(0, content[len(profile.think_start) :] + unsplit_tail)
     elif not complete and not content:
-        # Truncated inside reasoning, or exactly after think_end: the count decides.
-        bodies = [opened + reasoning, opened + reasoning + profile.think_end]
+        # Truncated inside reasoning, or after think_end (or part of what follows it, when
+        # that is several tokens, as harmony's channel header): the count decides.
+        bodies = [opened + reasoning + cut for cut in delimiter_prefixes(profile, tool_turn)]
     else:
-        bodies = [opened + reasoning + profile.think_end + content]
+        bodies = [opened + reasoning + profile.think_end + framed]
         if opened and not reasoning:
-            bodies.append(content)  # a model that writes no think block at all
+            # A model that writes no think block at all; a content header starts with what the
+            # prompt already holds (harmony's "<|start|>assistant"), which it does not repeat.
+            bodies.append(_without_prompt_overlap(prompt_text, head) + content + tail)
     markups = [ToolCallMarkup("")]
     if completion.tool_calls:
         try:
@@ -104,6 +122,30 @@ def read_completion(
     texts = [body + markup.text + suffix for body in bodies for markup in markups]
     text_notes = [markup.notes for _ in bodies for markup in markups]
     return CompletionReading(texts, notes, complete, text_notes)
+
+
+def _without_prompt_overlap(prompt_text: str, head: str) -> str:
+    """``head`` minus its longest beginning that the prompt already ends with."""
+    for size in range(len(head), 0, -1):
+        if prompt_text.endswith(head[:size]):
+            return head[size:]
+    return head
+
+
+def delimiter_prefixes(profile: ModelProfile, tool_turn: bool) -> list[str]:
+    """Where a cut can fall once reasoning is written: before think_end, or after any whole
+    special token of ``think_end + content_start`` (one place when that is a single token)."""
+    after = profile.think_end + ("" if tool_turn else profile.content_start)
+    cuts = [""]
+    position = 0
+    for match in SPECIAL_SHAPED.finditer(after):
+        if match.start() > position:
+            cuts.append(after[: match.start()])
+        position = match.end()
+        cuts.append(after[:position])
+    if after not in cuts:
+        cuts.append(after)
+    return cuts
 
 
 def reconstruct_sample(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -11,9 +11,21 @@ class GenerationSettings:
 
     model: str
     max_tokens: int | None = None
+    # Added later: None means "not sent", so stores made before them resume unchanged.
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None  # sample k of a prompt is sent seed + k
+    reasoning: dict | None = None  # OpenRouter ``reasoning``: {"effort": ...} or {"max_tokens": n}
+    provider: dict | None = None  # OpenRouter ``provider`` routing preferences
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def for_sample(self, sample: int) -> GenerationSettings:
+        """The settings sent for sample ``sample`` of a prompt: its own seed, if one is set."""
+        if sample == 0 or self.seed is None:
+            return self
+        return replace(self, seed=self.seed + sample)
 
 
 @dataclass

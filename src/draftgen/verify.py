@@ -32,6 +32,9 @@ TOOL_CALLS_INEXACT = "tool_calls_inexact"
 # ``functions.NAME:IDX`` index is not always the position). The ids are likely, not proven.
 TOOL_ARGUMENTS_RESERIALISED = "tool_arguments_reserialised"
 TOOL_CALL_ID_REBUILT = "tool_call_id_rebuilt"
+# The profile's tool-call markup is not confirmed (DeepSeek V3.2's DSML): a matching count does
+# not prove the rebuilt ids, so such samples never pass on the text path.
+TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
 # Server ids (vLLM, SGLang) whose length disagrees with the server's own usage counts.
 SERVER_COUNT_MISMATCH = "server_count_mismatch"
 # Logprob token bytes that do not spell the delivered content (misaligned or another choice's).
@@ -95,6 +98,14 @@ def verify_sample(
                 )
             else:
                 failures.append((COMPLETION_COUNT_MISMATCH, counts))
+    if rebuilt and profile.tool_call_format_unconfirmed:
+        failures.append(
+            (
+                TOOL_CALL_FORMAT_UNCONFIRMED,
+                f"{profile.tool_call_format_unconfirmed}, so the rebuilt tool calls cannot be "
+                "proven even when the count matches; use a backend that returns token ids",
+            )
+        )
     for note in notes:
         if note.startswith(TOOL_ARGUMENTS_RESERIALISED + "="):
             style = note.partition("=")[2]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from draftgen.records import Completion, GenerationSettings
+from draftgen.records import Completion
 
 
 class Accumulator(Protocol):
@@ -31,13 +31,23 @@ class Backend:
     # Whether this backend can stream and still return what it promises (SGLang: ids only
     # without streaming); a run asked to stream falls back to whole responses if not.
     can_stream: bool
-    # (settings, messages, tools, stream, logprobs) -> body
-    request_body: Callable[[GenerationSettings, list[dict], list | None, bool, bool], dict]
+    # (settings, messages, tools, stream, logprobs[, prompt=]) -> body
+    request_body: Callable[..., dict]
     parse_completion: Callable[[bytes], Completion]
     stream_accumulator: Callable[[], Accumulator]
     path: str = "/chat/completions"
     # Self-hosted servers are often run without a key.
     needs_api_key: bool = True
+    # Whether request_body takes the rendered prompt (``prompt=TokenPrompt``, keyword) instead
+    # of the server rendering ``messages``; the pipeline then also fills in the completion's
+    # prompt ids and reasoning split (``draftgen.native_turn``), keeping tokenizers out of here.
+    needs_prompt_ids: bool = False
+    # The server family that speaks this format: the simulator dialect that answers it.
+    server: str = ""
+
+    @property
+    def dialect(self) -> str:
+        return self.server or self.name
 
 
 class UnknownBackendError(ValueError):
@@ -69,10 +79,17 @@ def _sglang() -> Backend:
     return sglang.BACKEND
 
 
+def _sglang_generate() -> Backend:
+    from draftgen.backends import sglang_generate
+
+    return sglang_generate.BACKEND
+
+
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "openrouter": _openrouter,
     "vllm": _vllm,
     "sglang": _sglang,
+    "sglang-generate": _sglang_generate,
 }
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 

@@ -45,10 +45,87 @@ def request_body(
         body["tools"] = list(tools)
     if settings.max_tokens is not None:
         body["max_tokens"] = settings.max_tokens
+    for name in ("temperature", "top_p", "seed", "reasoning", "provider"):
+        value = getattr(settings, name)
+        if value is not None:
+            body[name] = value
     if logprobs:
         # Providers without support answer with logprobs null, silently (REFERENCE.md §2).
         body["logprobs"] = True
     return body
+
+
+# OpenRouter's ``provider`` routing object: field -> (what it must be, allowed values or None).
+PROVIDER_FIELDS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "order": ("list of provider slugs", None),
+    "only": ("list of provider slugs", None),
+    "ignore": ("list of provider slugs", None),
+    "allow_fallbacks": ("true or false", None),
+    "require_parameters": ("true or false", None),
+    "zdr": ("true or false", None),
+    "enforce_distillable_text": ("true or false", None),
+    "data_collection": ("one of", ("allow", "deny")),
+    "quantizations": (
+        "list of",
+        ("int4", "int8", "fp4", "fp6", "fp8", "fp16", "bf16", "fp32", "unknown"),
+    ),
+    "sort": ("one of", ("price", "throughput", "latency")),
+    "max_price": ("table of USD per million tokens: prompt, completion, request, image", None),
+}
+REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+MAX_PRICE_FIELDS: tuple[str, ...] = ("prompt", "completion", "request", "image")
+
+
+def provider_problem(prefs: object) -> str | None:
+    """Why ``prefs`` is not a valid ``provider`` object (a sentence), or None if it is."""
+    if not isinstance(prefs, dict):
+        return "provider must be an object of routing preferences"
+    for name, value in prefs.items():
+        if name not in PROVIDER_FIELDS:
+            return (
+                f"provider.{name} is not a routing field; use one of {', '.join(PROVIDER_FIELDS)}"
+            )
+        expected, allowed = PROVIDER_FIELDS[name]
+        if expected == "true or false":
+            ok = isinstance(value, bool)
+        elif expected == "one of":
+            ok = value in allowed
+        elif expected == "list of":
+            ok = isinstance(value, list) and all(v in allowed for v in value)
+        elif name == "max_price":
+            ok = isinstance(value, dict) and all(
+                k in MAX_PRICE_FIELDS and _is_number(v) and v >= 0 for k, v in value.items()
+            )
+        else:
+            ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+        if not ok:
+            detail = f"{expected} {', '.join(allowed)}" if allowed else expected
+            return f"provider.{name} must be a {detail}, not {value!r}"
+    return None
+
+
+def reasoning_problem(reasoning: object) -> str | None:
+    """Why ``reasoning`` is not a valid ``reasoning`` object (a sentence), or None if it is."""
+    if not isinstance(reasoning, dict):
+        return "reasoning must be an object with effort or max_tokens"
+    if "effort" in reasoning and "max_tokens" in reasoning:
+        return "reasoning takes effort or max_tokens, not both"
+    for name, value in reasoning.items():
+        if name == "effort" and value not in REASONING_EFFORTS:
+            return f"reasoning.effort must be one of {', '.join(REASONING_EFFORTS)}, not {value!r}"
+        if name == "max_tokens" and not (
+            isinstance(value, int) and not isinstance(value, bool) and value > 0
+        ):
+            return f"reasoning.max_tokens must be a positive integer, not {value!r}"
+        if name in ("exclude", "enabled") and not isinstance(value, bool):
+            return f"reasoning.{name} must be true or false, not {value!r}"
+        if name not in ("effort", "max_tokens", "exclude", "enabled"):
+            return f"reasoning.{name} is not a field; use effort, max_tokens, exclude or enabled"
+    return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from draftgen.profiles import ModelProfile
+from draftgen.profiles import HARMONY_TOOL_CALLS, SPECIAL_SHAPED, ModelProfile
 from draftgen.simulator.textpool import compose
 from draftgen.tokenizer import decode, encode
 
@@ -35,6 +35,23 @@ TOOL_CALL_TEXT: dict[str, str] = {
     ),
     "qwen3": '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
 }
+# The call behind the raw tool-call text of families not listed above (built from the profile).
+RAW_TEXT_CALL = {
+    "id": "call_0",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+
+
+def raw_tool_call_text(profile: ModelProfile) -> str:
+    """Tool-call markup a family writes into content when no ``tools`` were sent ("" if none).
+
+    Harmony addresses calls to a channel instead, which a provider never shows as content.
+    """
+    if profile.name in TOOL_CALL_TEXT:
+        return TOOL_CALL_TEXT[profile.name]
+    if not profile.tool_call_format or profile.tool_call_format == HARMONY_TOOL_CALLS:
+        return ""
+    return profile.tool_call_markups([RAW_TEXT_CALL], "x")[0].text
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -78,8 +95,18 @@ class TokenTable:
                 raw = decode(tokenizer, [index]).encode("utf-8")
             self.token_bytes[index] = raw
             self.ordinary_by_bytes.setdefault(raw, index)
-        self.think_start = self._single_id(profile.think_start)
-        self.think_end = self._single_id(profile.think_end)
+        # Delimiters may be several tokens (harmony's channel headers); each special in them and
+        # each single-token delimiter must be one token of this vocabulary.
+        for text in (
+            profile.think_start,
+            profile.think_end,
+            profile.end_of_turn,
+            profile.tool_call_end_of_turn,
+            profile.content_start,
+        ):
+            pieces = SPECIAL_SHAPED.findall(text) or ([text] if text else [])
+            for piece in pieces:
+                self._single_id(piece)
         self.end_of_turn = self._single_id(profile.end_of_turn)
         probe = "Tést 中文 👩‍💻  x\n\tend"
         if b"".join(self.token_bytes[i] for i in encode(tokenizer, probe)) != probe.encode():
@@ -222,7 +249,7 @@ def generate(
 ) -> ModelOutput:
     profile = table.profile
     tokenizer = table.tokenizer
-    qwen_style = profile.name == "qwen3"
+    tool_turn = plan.tool_call is not None
     quirks: list[str] = []
 
     has_reasoning = layout != DISABLED
@@ -235,35 +262,50 @@ def generate(
     # words whichever quirks are switched on.
     reasoning = compose(rng, reasoning_target, table.fragment_tokens) if reasoning_target else ""
     answer = compose(rng, content_target, table.fragment_tokens)
-    if plan.tool_call_text and profile.name in TOOL_CALL_TEXT and profile.tool_call_tokens:
-        answer = answer + TOOL_CALL_TEXT[profile.name]
+    raw_text = raw_tool_call_text(profile) if plan.tool_call_text else ""
+    if raw_text and profile.tool_call_tokens:
+        answer = answer + raw_text
         quirks.append("tool_call_text")
     if plan.pad_content and plan.tool_call is None:
         answer = rng.choice(("\n", " ", "\n\n")) + answer + "\n"
-    if qwen_style and layout in (OPEN, FORCED):
-        answer = "\n\n" + answer  # Qwen3 writes "<think>\nR\n</think>\n\nA"
+    if layout in (OPEN, FORCED):
+        answer = profile.answer_lead + answer  # Qwen3 writes "<think>\nR\n</think>\n\nA"
 
-    sections: list[Section] = []
-    if has_reasoning:
-        if layout == OPEN:
-            sections.append(Section("think_start", [table.think_start]))
-        if plan.empty_reasoning:
-            quirks.append("empty_reasoning")
-        else:
-            if qwen_style:
-                # "<think>\nR\n</think>"; a forced prompt already wrote the first "\n".
-                reasoning = ("\n" if layout == OPEN else "") + reasoning + "\n"
-            sections.append(Section("reasoning", encode(tokenizer, reasoning)))
-        sections.append(Section("think_end", [table.think_end]))
-    sections.append(Section("content", encode(tokenizer, answer)))
+    # Everything the family writes around the texts comes from its profile: think_lead and
+    # think_start when the model opens the block, its whitespace around the reasoning, and what
+    # frames the content (harmony's final or commentary channel header).
+    markup = ""
     if plan.tool_call is not None:
         call = {
             "id": plan.tool_call["id"],
             "function": {"name": plan.tool_call["name"], "arguments": plan.tool_call["arguments"]},
         }
         markup = profile.tool_call_markups([call], answer)[0].text
-        sections.append(Section("tool_calls", encode(tokenizer, markup)))
-    sections.append(Section("eot", [table.end_of_turn]))
+        lead = markup[: len(markup) - len(markup.lstrip())]
+        if lead and answer:
+            # The model writes "text.\n" as the canonical tokens (BPE joins punctuation and the
+            # newline); a parser hands that lead back with the content ("\n" before <tool_call>).
+            answer, markup = answer + lead, markup[len(lead) :]
+    head, tail = profile.content_frame(answer, tool_turn)
+    sections: list[Section] = []
+    if has_reasoning:
+        if layout == OPEN:
+            opening = profile.think_lead + profile.think_start
+            sections.append(Section("think_start", encode(tokenizer, opening)))
+        if plan.empty_reasoning:
+            quirks.append("empty_reasoning")
+        else:
+            # A forced prompt already wrote the lead ("<think>\n" of Qwen3-2507, MiniMax-M2).
+            lead, trail = profile.reasoning_pad
+            reasoning = (lead if layout == OPEN else "") + reasoning + trail
+            sections.append(Section("reasoning", encode(tokenizer, reasoning)))
+        sections.append(Section("think_end", encode(tokenizer, profile.think_end + head)))
+    elif head:
+        sections.append(Section("content_start", encode(tokenizer, head)))
+    sections.append(Section("content", encode(tokenizer, answer)))
+    if plan.tool_call is not None:
+        sections.append(Section("tool_calls", encode(tokenizer, tail + markup)))
+    sections.append(Section("eot", encode(tokenizer, profile.turn_end(tool_turn))))
 
     drifted_at: int | None = None
     if plan.drift:

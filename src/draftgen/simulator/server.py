@@ -374,6 +374,12 @@ class Simulator:
         app.router.add_get(API_PREFIX + "/models", self.handle_models)
         app.router.add_get(API_PREFIX + "/generation", self.handle_generation)
         app.router.add_get(API_PREFIX + "/key", self.handle_key)
+        from draftgen.simulator.sglang_generate import GenerateRoute
+
+        # SGLang serves /generate at its root; under the API prefix too, so one base URL works.
+        generate = GenerateRoute(self).handle
+        app.router.add_post("/generate", generate)
+        app.router.add_post(API_PREFIX + "/generate", generate)
         return app
 
     def _authorized(self, request: web.Request) -> bool:
@@ -491,6 +497,9 @@ class Simulator:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             return {}, "model is required"
+        problem = _sampling_problem(body)
+        if problem:
+            return {}, problem
         return body, None
 
     async def handle_chat(self, request: web.Request) -> web.StreamResponse:
@@ -816,6 +825,30 @@ class Simulator:
             if transport is None or transport.is_closing():
                 return
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+def _sampling_problem(body: dict) -> str | None:
+    """Why the sampling, reasoning or routing fields are malformed, as OpenRouter refuses them."""
+    from draftgen.backends.openrouter import provider_problem, reasoning_problem
+
+    def number(name: str) -> object:
+        value = body.get(name)
+        return None if isinstance(value, bool) else value
+
+    temperature, top_p, seed = number("temperature"), number("top_p"), body.get("seed")
+    if "temperature" in body and not (
+        isinstance(temperature, (int, float)) and 0 <= temperature <= 2
+    ):
+        return "temperature must be a number from 0 to 2"
+    if "top_p" in body and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        return "top_p must be a number above 0 and at most 1"
+    if "seed" in body and (isinstance(seed, bool) or not isinstance(seed, int)):
+        return "seed must be an integer"
+    if "reasoning" in body and (problem := reasoning_problem(body["reasoning"])):
+        return problem
+    if "provider" in body and (problem := provider_problem(body["provider"])):
+        return problem
+    return None
 
 
 def _close(request: web.Request) -> None:

@@ -1,0 +1,106 @@
+"""Turns for servers that take and return token ids (SGLang ``/generate``): the prompt ids
+draftgen renders itself, and the reasoning/content split of the ids that come back.
+
+The prompt goes through the same two calls reconstruction makes (``tokenizer.render_prompt``,
+then ``tokenizer.encode``), so the ids sent are the ids the text path rebuilds. The split is the
+one a server's reasoning parser would make, at the profile's markers; no HTTP here.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any
+
+from draftgen import tokenizer as tok
+from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.reconstruct import prompt_mode
+from draftgen.records import Completion
+
+
+@dataclass(frozen=True)
+class TokenPrompt:
+    """A prompt as ids, ready for a server that generates from ids."""
+
+    text: str
+    ids: list[int]
+    # The end-of-turn token: the server must stop there whatever eos its config names (Kimi's
+    # tokenizer says ``[EOS]`` while its turns end with ``<|im_end|>``).
+    stop_ids: list[int]
+
+
+class NativeTurns:
+    """Renders prompts to ids and reads generated ids back as reasoning and content."""
+
+    def __init__(self, tokenizer: Any, profile: ModelProfile) -> None:
+        self.tokenizer = tokenizer
+        self.profile = profile
+        end = tok.encode(tokenizer, profile.end_of_turn)
+        # An end of turn spelled by several tokens cannot be a stop id; the server's eos must do.
+        self._stop_ids = end if len(end) == 1 else []
+
+    def prompt(self, messages: list[dict], tools: list[dict] | None) -> TokenPrompt:
+        text = tok.render_prompt(self.tokenizer, messages, tools)
+        return TokenPrompt(text, tok.encode(self.tokenizer, text), list(self._stop_ids))
+
+    def read(self, completion: Completion, prompt: TokenPrompt) -> Completion:
+        """``completion`` with the prompt ids sent and the text of its ids split in two.
+
+        SGLang keeps the matched stop token in ``output_ids`` and trims it from ``text``; the
+        split is of the text, so the stop token is left out of it the same way.
+        """
+        ids = completion.completion_token_ids or []
+        finish = completion.raw_message.get("finish_reason")
+        matched = finish.get("matched") if isinstance(finish, dict) else None
+        if isinstance(matched, int) and ids and ids[-1] == matched:
+            ids = ids[:-1]
+        text = tok.decode(self.tokenizer, ids)
+        reasoning, content = split_reasoning(
+            text, prompt_mode(prompt.text, self.profile), self.profile
+        )
+        raw = {**completion.raw_message, "role": "assistant", "content": content}
+        if reasoning is not None:
+            raw["reasoning"] = reasoning
+        return replace(
+            completion,
+            reasoning=reasoning,
+            content=content,
+            prompt_token_ids=list(prompt.ids),
+            raw_message=raw,
+        )
+
+
+def split_reasoning(text: str, mode: str, profile: ModelProfile) -> tuple[str | None, str]:
+    """(reasoning, content) of generated text, as a reasoning parser splits it.
+
+    ``mode`` is ``reconstruct.prompt_mode`` of the prompt: ``closed`` has no reasoning; ``open``
+    starts inside the think block; ``model_opens`` has the model write ``think_start`` (or no
+    block at all). The block ends at the first split marker: ``think_end`` is dropped, any other
+    marker (Kimi's tool-call section) stays in the content. Without a marker all is reasoning.
+    """
+    if mode == "closed":
+        return None, text
+    if mode == "model_opens":
+        if not text.startswith(profile.think_start):
+            return None, text
+        text = text[len(profile.think_start) :]
+    found = [
+        (index, marker)
+        for marker in profile.reasoning_split_markers or (profile.think_end,)
+        if (index := text.find(marker)) >= 0
+    ]
+    if not found:
+        return text, ""
+    index, marker = min(found)
+    rest = text[index + len(marker) :] if marker == profile.think_end else text[index:]
+    return text[:index], rest
+
+
+@functools.lru_cache(maxsize=8)
+def native_turns(tokenizer_spec: str, profile_name: str | None) -> NativeTurns:
+    """The ``NativeTurns`` of a run's tokenizer and profile (detected if not named), cached."""
+    tokenizer = tok.load_tokenizer(tokenizer_spec)
+    profile = (
+        get_profile(profile_name) if profile_name else detect_profile(tok.full_vocab(tokenizer))
+    )
+    return NativeTurns(tokenizer, profile)

@@ -1,0 +1,161 @@
+"""draftgen estimate: exact prompt tokens, output from max_tokens or a pilot, listed prices."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from draftgen import cli
+from draftgen.estimate import EstimateError, EstimateOptions, estimate
+from draftgen.simulator import SimConfig, SimulatorThread
+
+TOKENIZER = "fixture:kimi-k2.5"
+MODEL = "moonshotai/kimi-k2.5"  # the simulator lists this one with prices
+
+
+def single_turn_prompts(path: Path, count: int) -> Path:
+    rows = []
+    for i in range(count):
+        messages = [{"role": "user", "content": f"Explain item {i} — café {'x' * i}"}]
+        if i % 3 == 0:
+            messages.insert(0, {"role": "system", "content": "Be brief."})
+        rows.append(json.dumps({"id": f"r{i}", "messages": messages}, ensure_ascii=False))
+    rows.insert(2, "{broken")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def options(tmp_path: Path, inputs: list[Path], **extra) -> EstimateOptions:
+    return EstimateOptions(
+        inputs=[str(p) for p in inputs],
+        model=MODEL,
+        tokenizer=TOKENIZER,
+        api_key_env="DRAFTGEN_TEST_KEY",
+        retry_base_delay=0.01,
+        concurrency=4,
+        **extra,
+    )
+
+
+@pytest.fixture
+def sim():
+    with SimulatorThread(SimConfig(tokenizer=TOKENIZER)) as running:
+        yield running
+
+
+def test_prompt_tokens_equal_what_the_server_counts(tmp_path, sim, monkeypatch):
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "k")
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 12)]
+    result = asyncio.run(
+        estimate(options(tmp_path, inputs, base_url=sim.base_url, max_tokens=500, samples=2))
+    )
+    assert (result.rows, result.rejected, result.turns, result.requests) == (13, 1, 12, 24)
+    # The simulator renders and counts prompts independently: a real run bills exactly this.
+    out = tmp_path / "run"
+    argv = ["run", "--no-config", "--model", MODEL, "--tokenizer", TOKENIZER]
+    argv += ["--input", str(inputs[0]), "--out", str(out), "--base-url", sim.base_url]
+    argv += ["--api-key-env", "DRAFTGEN_TEST_KEY", "--retry-base-delay", "0.01", "--samples", "2"]
+    assert cli.main(argv) == 0
+    db = sqlite3.connect(out / "draftgen.sqlite")
+    billed = db.execute("SELECT sum(prompt_tokens), count(*) FROM completions").fetchone()
+    assert billed == (result.prompt_tokens, 24)
+    assert result.output_source == "max_tokens"
+    assert (result.output_low, result.output_high) == (0, 24 * 500)
+    # Prices come from the simulator's listing (USD per token).
+    config = SimConfig(tokenizer=TOKENIZER)
+    assert result.price_source == "listing"
+    assert (result.price_in, result.price_out) == (config.prompt_price, config.completion_price)
+    prompt_cost = result.prompt_tokens * config.prompt_price
+    assert result.cost_low == pytest.approx(prompt_cost)
+    assert result.cost_high == pytest.approx(prompt_cost + 12000 * config.completion_price)
+    assert result.seconds_high == pytest.approx(12000 / (30.0 * 4))
+
+
+def test_pilot_measures_output_in_a_scratch_dir(tmp_path, sim, monkeypatch):
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "k")
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 9)]
+    result = asyncio.run(estimate(options(tmp_path, inputs, base_url=sim.base_url, pilot=4)))
+    served = list(sim.truth.values())
+    # 4 rows of the input, the broken one among them: 3 completions, all the pilot measured.
+    assert result.pilot["completions"] == len(served) == 3
+    tokens = [t["completion_tokens"] for t in served]
+    assert result.pilot["mean_completion_tokens"] == pytest.approx(sum(tokens) / 3)
+    assert result.output_source == "pilot"
+    assert result.output_low <= sum(tokens) / 3 * result.requests <= result.output_high
+    assert result.tokens_per_second > 0 and result.seconds_high is not None
+    assert list(tmp_path.iterdir()) == [tmp_path / "p.jsonl"]  # nothing left behind
+
+
+def test_without_a_listing_the_flags_price_it(tmp_path):
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 3)]
+    result = asyncio.run(
+        estimate(
+            options(
+                tmp_path,
+                inputs,
+                base_url="http://127.0.0.1:9/api/v1",
+                max_tokens=100,
+                price_in=1.0,
+                price_out=4.0,
+            )
+        )
+    )
+    assert result.price_source == "flags" and result.price_in == pytest.approx(1e-6)
+    assert any(
+        note.startswith("GET http://127.0.0.1:9/api/v1/models failed") for note in result.notes
+    )
+    assert result.cost_high == pytest.approx((result.prompt_tokens + 300 * 4) / 1e6)
+    bare = asyncio.run(estimate(options(tmp_path, inputs)))
+    assert bare.cost_low is None and bare.output_high is None
+    assert "no prices: pass --price-in and --price-out (USD per million tokens)" in bare.notes
+
+
+def test_multi_turn_rows_count_each_regenerated_turn(tmp_path):
+    from draftgen import tokenizer as tok
+
+    path = tmp_path / "m.jsonl"
+    messages = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "the row's own answer"},
+        {"role": "user", "content": "q2"},
+    ]
+    path.write_text(json.dumps({"id": "m", "messages": messages}) + "\n")
+    result = asyncio.run(estimate(options(tmp_path, [path])))
+    tokenizer = tok.load_tokenizer(TOKENIZER)
+    expected = sum(
+        len(tok.encode(tokenizer, tok.render_prompt(tokenizer, prefix, None)))
+        for prefix in (messages[:1], messages)
+    )
+    assert (result.turns, result.prompt_tokens) == (2, expected)
+
+
+def test_estimate_command_shares_runs_config_and_flags(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    single_turn_prompts(tmp_path / "p.jsonl", 5)
+    (tmp_path / "draftgen.toml").write_text(
+        f'model = "{MODEL}"\ntokenizer = "{TOKENIZER}"\nout = "run"\nmax_tokens = 10\n'
+        '[[datasets]]\npath = "p.jsonl"\nname = "p"\n'
+        "[estimate]\nprice_in = 2.0\nprice_out = 8.0\n"
+    )
+    assert cli.main(["estimate", "--json", "--samples", "3"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["requests"], printed["output_high"], printed["price_source"]) == (
+        15,
+        150,
+        "flags",
+    )
+    assert printed["cost_high"] == pytest.approx((printed["prompt_tokens"] * 2 + 150 * 8) / 1e6)
+    assert cli.main(["estimate", "--reasoning-effort", "high", "--backend", "vllm"]) == 2
+    assert "does not take them" in capsys.readouterr().err
+    with pytest.raises(EstimateError, match="weight is a share"):
+        from draftgen.mix import DatasetSpec
+
+        asyncio.run(
+            estimate(
+                options(tmp_path, [], datasets=[DatasetSpec(str(tmp_path / "p.jsonl"), weight=2)])
+            )
+        )
