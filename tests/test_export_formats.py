@@ -156,6 +156,16 @@ def test_unsplit_reasoning_and_leaked_end_of_turn_are_undone():
     )
     message = assistant_message(completion, get_profile("kimi-k2"))
     assert message == {"role": "assistant", "content": "answer", "reasoning_content": "why"}
+    expected = {"role": "assistant", "content": "A", "reasoning_content": "R"}
+    # Harmony: the final channel's header is the frame of the answer, not part of it.
+    harmony = "<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>A"
+    for text, profile in (
+        (harmony + "<|return|>", "gpt-oss"),
+        ("\n<think>R</think>A<|observation|>", "glm-4.6"),  # GLM's lead; a tool turn's end
+        ("R</think>A", "qwen3"),  # the prompt opened the block
+    ):
+        unsplit = Completion(None, None, None, None, text, None, "stop", None)
+        assert assistant_message(unsplit, get_profile(profile)) == expected, profile
 
 
 def test_an_unknown_format_is_refused(run_dir, tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from draftgen.profiles import split_reasoning
 from draftgen.store import Store
 
 FORMATS = ("specforge", "specforge-text", "parquet", "hf")
@@ -176,11 +177,14 @@ def assistant_message(completion, profile) -> dict:
     reasoning = completion.reasoning or ""
     content = completion.content or ""
     if profile is not None:
-        while profile.end_of_turn and content.endswith(profile.end_of_turn):
-            content = content[: -len(profile.end_of_turn)]
+        ends = profile.stop_texts()
+        while any(content.endswith(end) for end in ends):
+            content = content[: -len(next(end for end in ends if content.endswith(end)))]
         if not reasoning and profile.think_end and profile.think_end in content:
-            reasoning, _, content = content.partition(profile.think_end)
-            reasoning = reasoning.removeprefix(profile.think_start)
+            # The text as the model wrote it: split it the way a reasoning parser would.
+            opens = content.lstrip().startswith(profile.think_start)
+            split, content = split_reasoning(content, "model_opens" if opens else "open", profile)
+            reasoning = split or ""
     message: dict = {"role": "assistant", "content": content}
     if reasoning:
         message["reasoning_content"] = reasoning

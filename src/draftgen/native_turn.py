@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
-from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.profiles import ModelProfile, detect_profile, get_profile, split_reasoning
 from draftgen.reconstruct import prompt_mode
 from draftgen.records import Completion
 
@@ -24,8 +24,9 @@ class TokenPrompt:
 
     text: str
     ids: list[int]
-    # The end-of-turn token: the server must stop there whatever eos its config names (Kimi's
-    # tokenizer says ``[EOS]`` while its turns end with ``<|im_end|>``).
+    # The end-of-turn tokens: the server must stop there whatever eos its config names (Kimi's
+    # tokenizer says ``[EOS]`` while its turns end with ``<|im_end|>``; GLM's tool turns end
+    # with ``<|observation|>``, harmony's with ``<|call|>``).
     stop_ids: list[int]
 
 
@@ -35,9 +36,9 @@ class NativeTurns:
     def __init__(self, tokenizer: Any, profile: ModelProfile) -> None:
         self.tokenizer = tokenizer
         self.profile = profile
-        end = tok.encode(tokenizer, profile.end_of_turn)
+        ends = [tok.encode(tokenizer, text) for text in profile.stop_texts()]
         # An end of turn spelled by several tokens cannot be a stop id; the server's eos must do.
-        self._stop_ids = end if len(end) == 1 else []
+        self._stop_ids = [end[0] for end in ends if len(end) == 1]
 
     def prompt(self, messages: list[dict], tools: list[dict] | None) -> TokenPrompt:
         text = tok.render_prompt(self.tokenizer, messages, tools)
@@ -68,32 +69,6 @@ class NativeTurns:
             prompt_token_ids=list(prompt.ids),
             raw_message=raw,
         )
-
-
-def split_reasoning(text: str, mode: str, profile: ModelProfile) -> tuple[str | None, str]:
-    """(reasoning, content) of generated text, as a reasoning parser splits it.
-
-    ``mode`` is ``reconstruct.prompt_mode`` of the prompt: ``closed`` has no reasoning; ``open``
-    starts inside the think block; ``model_opens`` has the model write ``think_start`` (or no
-    block at all). The block ends at the first split marker: ``think_end`` is dropped, any other
-    marker (Kimi's tool-call section) stays in the content. Without a marker all is reasoning.
-    """
-    if mode == "closed":
-        return None, text
-    if mode == "model_opens":
-        if not text.startswith(profile.think_start):
-            return None, text
-        text = text[len(profile.think_start) :]
-    found = [
-        (index, marker)
-        for marker in profile.reasoning_split_markers or (profile.think_end,)
-        if (index := text.find(marker)) >= 0
-    ]
-    if not found:
-        return text, ""
-    index, marker = min(found)
-    rest = text[index + len(marker) :] if marker == profile.think_end else text[index:]
-    return text[:index], rest
 
 
 @functools.lru_cache(maxsize=8)

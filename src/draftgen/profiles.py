@@ -391,6 +391,47 @@ PROFILES["deepseek-v3.1"] = DEEPSEEK_V3
 PROFILES["glm-4.6"] = GLM
 
 
+def split_reasoning(text: str, mode: str, profile: ModelProfile) -> tuple[str | None, str]:
+    """(reasoning, content) of generated text, as a reasoning parser splits it.
+
+    ``mode`` is ``reconstruct.prompt_mode`` of the prompt: ``closed`` has no reasoning; ``open``
+    starts inside the think block; ``model_opens`` has the model write ``think_start``, after
+    the profile's ``think_lead`` (or no block at all). The block ends at the first split marker:
+    ``think_end`` is dropped with the header that opens the answer (harmony's final or commentary
+    channel), any other marker (Kimi's tool-call section) stays in the content. Without a marker
+    all is reasoning.
+    """
+    if mode == "closed":
+        return None, text
+    if mode == "model_opens":
+        opening = next(
+            (
+                o
+                for o in (profile.think_lead + profile.think_start, profile.think_start)
+                if text.startswith(o)
+            ),
+            None,
+        )
+        if opening is None:
+            return None, text
+        text = text[len(opening) :]
+    found = [
+        (index, marker)
+        for marker in profile.reasoning_split_markers or (profile.think_end,)
+        if (index := text.find(marker)) >= 0
+    ]
+    if not found:
+        return text, ""
+    index, marker = min(found)
+    if marker != profile.think_end:
+        return text[:index], text[index:]
+    rest = text[index + len(marker) :]
+    for header in (profile.content_start, profile.tool_content_start):
+        if header and rest.startswith(header):
+            return text[:index], rest[len(header) :]
+    return text[:index], rest
+
+
 class UnknownProfileError(ValueError):
     pass
 

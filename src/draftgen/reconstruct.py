@@ -214,8 +214,7 @@ def reconstruct_from_logprobs(
     logprob_ids = [table.get(token) for token in completion.logprob_bytes or ()]
     if None in logprob_ids:
         return unusable("a logprob token's bytes are not one token of this tokenizer")
-    prompt_text = tok.render_prompt(tokenizer, stored.messages, stored.tools)
-    prompt_ids = tok.encode(tokenizer, prompt_text)
+    prompt_text, prompt_ids = rendered_prompt(stored, tokenizer)
     reading = read_completion(completion, prompt_text, profile)
     content = completion.content or ""
     while content.endswith(profile.end_of_turn):
@@ -292,12 +291,17 @@ def _byte_decoder() -> dict[str, int]:
     return mapping
 
 
+def rendered_prompt(stored: StoredCompletion, tokenizer: Any) -> tuple[str, list[int]]:
+    """The prompt through the chat template, as text and as the ids the model was given."""
+    text = tok.render_prompt(tokenizer, stored.messages, stored.tools)
+    return text, tok.encode(tokenizer, text)
+
+
 def reconstruct_from_text(
     stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
 ) -> TokenSample:
     completion = stored.completion
-    prompt_text = tok.render_prompt(tokenizer, stored.messages, stored.tools)
-    prompt_ids = tok.encode(tokenizer, prompt_text)
+    prompt_text, prompt_ids = rendered_prompt(stored, tokenizer)
     reading = read_completion(completion, prompt_text, profile)
     encoded = [tok.encode(tokenizer, text) for text in reading.texts]
     expected = completion.completion_tokens
