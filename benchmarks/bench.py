@@ -69,21 +69,27 @@ def measure(
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=output, stderr=subprocess.STDOUT)
     root = psutil.Process(process.pid)
     peak = 0
+    exited = threading.Event()
 
     def sample() -> None:
         nonlocal peak
-        while process.poll() is None:
+        # Not process.poll(): it reaps the child when it has exited, and the wait4 below would
+        # then fail with "no child processes". Only wait4 reaps; the sampler stops when told.
+        while not exited.is_set():
             try:
                 tree = [root, *root.children(recursive=True)]
                 peak = max(peak, sum(p.memory_info().rss for p in tree))
             except psutil.Error:
-                pass
-            time.sleep(0.02)
+                pass  # a process of the tree ended between listing and reading it
+            exited.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     # wait4 reports the child's usage including the grandchildren it reaped (a process pool).
-    _, status, usage = os.wait4(process.pid, 0)
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        exited.set()
     wall = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
     sampler.join()

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/scale.py                       # 10k, 100k, 1M rows; resume 100k
     .venv/bin/python benchmarks/scale.py --sizes 10000 --resume 10000
+    .venv/bin/python benchmarks/scale.py --sizes --resume 100000 --resume-runs 3
 
 Answers are short (~40 tokens) so the run measures the rows, not the tokenizer. Runs of up to
 ``--distinct-limit`` rows ask that many distinct prompts; longer inputs repeat prompts under
@@ -41,6 +42,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--distinct-limit", type=int, default=100_000)
     parser.add_argument("--resume", type=int, default=100_000, help="0 to skip")
+    parser.add_argument(
+        "--resume-runs", type=int, default=1, help="resumes timed, each from the same store"
+    )
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="draftgen-scale-") as tmp:
@@ -70,17 +74,25 @@ def main() -> None:
                 stored = work / f"resume-{args.resume}.jsonl"
                 write_prompts(stored, args.resume)
                 run_dir = work / "run-resume"
+                pristine = work / "run-resume-stored"
+                for old in (run_dir, pristine):  # a --workdir used before
+                    shutil.rmtree(old, ignore_errors=True)
                 log(f"storing {args.resume} completions")
                 draftgen_run(stored, run_dir, server.base_url)
                 grown = work / f"resume-{args.resume}-plus.jsonl"
                 write_prompts(grown, args.resume + 1000)
-                first.unlink(missing_ok=True)
-                started = time.time()
-                m = draftgen_run(grown, run_dir, server.base_url)
-                waited = float(first.read_text()) - started
-                print(f"resume over {args.resume} stored completions: first request after "
-                      f"{waited:.2f} s (whole run {m.wall:.1f} s, peak RSS {m.peak_rss_mb:.0f} MB)",
-                      flush=True)  # fmt: skip
+                shutil.copytree(run_dir, pristine)
+                for _ in range(args.resume_runs):
+                    shutil.rmtree(run_dir)
+                    shutil.copytree(pristine, run_dir)
+                    first.unlink(missing_ok=True)
+                    started = time.time()
+                    m = draftgen_run(grown, run_dir, server.base_url)
+                    waited = float(first.read_text()) - started
+                    print(f"resume over {args.resume} stored completions: first request after "
+                          f"{waited:.2f} s (whole run {m.wall:.1f} s, peak RSS "
+                          f"{m.peak_rss_mb:.0f} MB, load average {os.getloadavg()[0]:.2f})",
+                          flush=True)  # fmt: skip
         finally:
             server.stop()
 

@@ -15,6 +15,7 @@ import pytest
 from draftgen import cli
 from draftgen.backends import get_backend
 from draftgen.config import ConfigError, example_text, load_config, options_of, resolve
+from draftgen.endpoints import EndpointSpec
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store import Store, StoreError
@@ -125,6 +126,16 @@ def test_run_reads_the_local_file_unless_told_not_to(tmp_path, monkeypatch, caps
         ("input = 'a.jsonl'\n", 'input must be a list, e.g. input = ["prompts.jsonl"]'),
         ("temperature = 3\n", "temperature = 3 is refused: 3 is not within 0..2"),
         ("[[datasets]]\nlimit = 3\n", 'datasets[0] has no path; add path = "prompts.jsonl"'),
+        ("[backend]\nflavor = 'x'\n", "unknown key backend.flavor"),
+        ("[[backend.endpoints]]\nconcurrency = 2\n", "backend.endpoints[0] has no url; add url"),
+        (
+            "[[backend.endpoints]]\nurl = 'http://a/v1'\nconcurrency = 0\n",
+            "backend.endpoints[0].concurrency must be a positive integer",
+        ),
+        (
+            "base_url = 'http://a/v1'\n[[backend.endpoints]]\nurl = 'http://b/v1'\n",
+            "base_url and [[backend.endpoints]] both name endpoints; keep one of them",
+        ),
         ("[[datasets]]\npath = 'a'\nshufle = true\n", "unknown key datasets[0].shufle; did you"),
         ("[[datasets]]\npath = 'a'\nweight = true\n", "datasets[0].weight must be a number"),
         ("input = ['a']\n[[datasets]]\npath = 'b'\n", "input and [[datasets]] both list"),
@@ -277,3 +288,41 @@ def test_the_simulator_refuses_malformed_settings_like_openrouter():
         assert (
             post({"temperature": 0.3, "top_p": 1, "seed": 2, "provider": {"zdr": True}})[0] == 200
         )
+
+
+def test_backend_endpoints_table_lists_the_fleet_and_a_flag_replaces_it(tmp_path):
+    text = (
+        "[backend]\nname = 'sglang'\n"
+        "[[backend.endpoints]]\nurl = 'http://a:30000/v1'\nconcurrency = 3\n"
+        "[[backend.endpoints]]\nurl = 'http://b:30000/v1'\n"
+    )
+    args = merged(tmp_path, text)
+    assert args.backend == "sglang"
+    assert args.endpoints == [
+        EndpointSpec("http://a:30000/v1", 3),
+        EndpointSpec("http://b:30000/v1"),
+    ]
+    flagged = merged(tmp_path, text, "--base-url", "http://c/v1")
+    assert flagged.endpoints is None and flagged.base_url == ["http://c/v1"]
+
+
+def test_a_run_over_the_config_files_endpoints_uses_each_of_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENROUTER_API_KEY", "simulator")
+    prompts(tmp_path / "p.jsonl", 12)
+    with (
+        SimulatorThread(SimConfig(tokenizer=TOKENIZER, latency=0.01)) as one,
+        SimulatorThread(SimConfig(tokenizer=TOKENIZER, latency=0.01)) as two,
+    ):
+        write(
+            tmp_path / "draftgen.toml",
+            f"model = 'm'\ntokenizer = '{TOKENIZER}'\ninput = ['p.jsonl']\nout = 'out'\n"
+            "concurrency = 4\n"
+            f"[[backend.endpoints]]\nurl = '{one.base_url}'\nconcurrency = 2\n"
+            f"[[backend.endpoints]]\nurl = '{two.base_url}'\nconcurrency = 2\n",
+        )
+        assert cli.main(["run"]) == 0, capsys.readouterr().err
+    db = sqlite3.connect(tmp_path / "out" / "draftgen.sqlite")
+    served = dict(db.execute("SELECT endpoint, count(*) FROM completions GROUP BY endpoint"))
+    assert set(served) == {one.base_url, two.base_url} and sum(served.values()) == 12
+    assert "the built-in simulator answers" not in capsys.readouterr().err

@@ -118,10 +118,15 @@ def test_refusals_say_what_to_do(tmp_path):
     path = rows_file(tmp_path / "a.jsonl", 3)
     with pytest.raises(MixError, match="weight is a share of the suite's limit, so set limit"):
         count_suite(Suite((DatasetSpec(path, weight=2.0),)))
-    json_file = tmp_path / "a.json"
-    json_file.write_text("[]")
-    with pytest.raises(MixError, match="shuffle reads rows by byte offset, which needs a JSONL"):
-        count_suite(Suite((DatasetSpec(str(json_file), shuffle=True),)))
+    parquet_file = tmp_path / "a.parquet"
+    parquet_file.write_bytes(b"PAR1")
+    with pytest.raises(MixError) as caught:
+        count_suite(Suite((DatasetSpec(str(parquet_file), shuffle=True),)))
+    assert str(caught.value) == (
+        f"dataset {parquet_file}: shuffle reads rows by byte offset or position, which needs a "
+        "JSONL file, a JSON array or a datasets.save_to_disk directory; convert "
+        f"{parquet_file} to JSONL or drop shuffle"
+    )
     with pytest.raises(RunError, match="missing.jsonl does not exist"):
         count_rows(Suite((DatasetSpec(str(tmp_path / "missing.jsonl")),)))
 
@@ -141,3 +146,23 @@ def test_shuffle_holds_offsets_not_rows(tmp_path):
     # 12 bytes a row plus array growth slack: far below the 20 MB the rows take.
     assert peak < count * 24 + (1 << 20)
     assert path.stat().st_size > 20 * count
+
+
+def test_json_arrays_and_datasets_directories_shuffle_by_position(tmp_path):
+    import datasets
+
+    rows = [{"id": f"j{i}", "messages": [user(f"j {i}")]} for i in range(50)]
+    array_file = tmp_path / "rows.json"
+    array_file.write_text(json.dumps(rows))
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(saved))
+    lines = rows_file(tmp_path / "rows.jsonl", 50, prefix="j")
+    picked = {}
+    for path in (str(array_file), str(saved), lines):
+        suite = Suite((DatasetSpec(path, shuffle=True, seed=7, limit=10),))
+        picked[path] = ids(suite)
+        assert ids(suite) == picked[path] and count_suite(suite) == 10
+    # One permutation for every format: the same seed picks the same rows in the same order.
+    assert picked[str(array_file)] == picked[str(saved)] == picked[lines]
+    assert picked[lines] != [f"j{i}" for i in range(10)]
+    assert len(set(picked[lines])) == 10

@@ -73,6 +73,15 @@ def test_report_json_agrees_with_the_store(run_dir, report):
     answer = report["lengths"]["answer"]
     assert answer["count"] == completions
     assert sum(b["count"] for b in answer["histogram"]) == completions
+    served = dict(db.execute("SELECT endpoint, count(*) FROM completions GROUP BY endpoint"))
+    endpoints = {e["endpoint"]: e for e in report["endpoints"]}
+    assert {url: e["completions"] for url, e in endpoints.items()} == served
+    assert len(served) == 1 and None not in served  # one --base-url, recorded on every row
+    assert sum(e["errors"] for e in endpoints.values()) == errors  # every attempt has its URL
+    assert all(e["requests"] == e["completions"] + e["errors"] for e in endpoints.values())
+    assert sum(e["completion_tokens"] for e in endpoints.values()) == one(
+        "SELECT sum(completion_tokens) FROM completions"
+    )
     prompt_lens = sorted(n for (n,) in db.execute("SELECT prompt_len FROM samples"))
     assert report["lengths"]["prompt"]["max"] == prompt_lens[-1]
     assert report["lengths"]["prompt"]["p50"] == prompt_lens[(len(prompt_lens) + 1) // 2 - 1]
@@ -151,6 +160,8 @@ def test_rendered_page_shows_the_numbers_of_report_json(run_dir, report, tmp_pat
     for key in report["verification_reasons"]:
         assert ("verification_reasons", key) in paths, key
     assert ("providers", 0, "latency_p50") in paths and ("lengths", "answer", "p90") in paths
+    for key in ("requests", "errors", "ejections", "latency_p50", "completion_tokens"):
+        assert ("endpoints", 0, key) in paths, key
     for path, text in shown:
         value = report
         for key in path:

@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regenerate prompt datasets with a target model and export exact token ids.",
     )
     parser.add_argument("--version", action="version", version=f"draftgen {__version__}")
+    _add_logging(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="generate, store, reconstruct and verify (resumable)")
@@ -27,8 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--input",
         action="append",
         metavar="FILE",
-        help="JSONL prompts (OpenAI 'messages' or ShareGPT 'conversations'); repeatable "
-        "(required unless draftgen.toml has input or [[datasets]])",
+        help="prompts: JSONL, a JSON array, Parquet or a datasets.save_to_disk directory (see "
+        "--input-format) of OpenAI 'messages', ShareGPT 'conversations' or glaive rows; "
+        "repeatable (required unless draftgen.toml has input or [[datasets]])",
     )
     run.add_argument("--model", help="model id sent to the API (required, here or in the config)")
     run.add_argument(
@@ -38,9 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--base-url",
+        action=_AppendUrl,
         metavar="URL",
-        help="OpenAI-compatible API root, e.g. https://openrouter.ai/api/v1 "
+        help="OpenAI-compatible API root, e.g. https://openrouter.ai/api/v1; repeat it for "
+        "several endpoints, routed least-outstanding-first with health checks "
         "(default: the built-in simulator on loopback, synthetic data)",
+    )
+    run.add_argument(
+        "--endpoint-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="requests in flight per endpoint (default: any endpoint may take all of "
+        "--concurrency, which stays the run's total)",
     )
     run.add_argument(
         "--api-key-env",
@@ -135,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="after Ctrl-C, how long in-flight responses may still arrive (default 30)",
     )
     _add_run_settings(run)
+    _add_shards(run, commands)
 
     export = commands.add_parser("export", help="write training files from a run")
     export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -222,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the auth and payment faults start only after N requests",
     )
     simulate.add_argument(
+        "--fail-after",
+        type=int,
+        metavar="N",
+        help="an outage: every chat request after the N-th (and GET /models) answers HTTP 500",
+    )
+    simulate.add_argument(
         "--stall-seconds",
         type=float,
         default=30.0,
@@ -267,6 +285,7 @@ ESTIMATE_SHARED = (
     "seed",
     "reasoning_effort",
     "reasoning_max_tokens",
+    "input_format",
     "config",
     "no_config",
 )
@@ -315,6 +334,47 @@ def _add_run_settings(run: argparse.ArgumentParser) -> None:
         metavar="N",
         help="OpenRouter reasoning.max_tokens (not with --reasoning-effort)",
     )
+    from draftgen.ingest import INPUT_FORMATS
+
+    run.add_argument(
+        "--input-format",
+        choices=INPUT_FORMATS,
+        default="auto",
+        help="how to read --input (and [[datasets]] without a format): auto picks by name "
+        "(.jsonl, .json array, .parquet, a datasets.save_to_disk directory); hf reads files "
+        "with datasets.load_dataset; glaive reads glaive function-calling rows (default auto)",
+    )
+
+
+def _add_shards(run: argparse.ArgumentParser, commands) -> None:
+    """`run`'s shard and Ray options, and the `merge` command (docs/merge.md)."""
+    run.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="run only shard I of N (0 <= I < N), a fixed subset by prompt key, into its own "
+        "--out; draftgen merge combines the shards",
+    )
+    run.add_argument(
+        "--ray",
+        type=_positive_int,
+        metavar="N",
+        help="run N shards as Ray tasks into RUN_DIR/shards/I, then merge them into RUN_DIR "
+        "(needs pip install 'draftgen[ray]')",
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="Ray cluster to join, e.g. auto or ray://head:10001 (default: a local Ray on "
+        "this machine)",
+    )
+    merge = commands.add_parser(
+        "merge", help="combine run directories (shards) into a new one, deduplicated by key"
+    )
+    merge.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    merge.add_argument(
+        "--out", required=True, type=Path, metavar="RUN_DIR", help="new run directory"
+    )
 
 
 def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -348,6 +408,25 @@ def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentPa
     )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return estimate
+
+
+def _add_logging(parser: argparse.ArgumentParser) -> None:
+    """Global options: given before the command (draftgen --log-json run ...)."""
+    from draftgen.logs import LEVELS
+
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="least severe log records written to stderr (default info; debug adds one line "
+        "per request attempt)",
+    )
+    parser.add_argument(
+        "--log-json",
+        action="store_true",
+        help="write log records as JSON lines (ts, level, logger, message, fields) instead of "
+        "text; the rich display on a terminal is unchanged",
+    )
 
 
 def _add_init(commands) -> None:
@@ -386,6 +465,9 @@ def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from draftgen.logs import configure
+
+    configure(args.log_level, args.log_json)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
@@ -402,6 +484,8 @@ def _is_user_error(exc: Exception) -> bool:
     from draftgen.config import ConfigError
     from draftgen.estimate import EstimateError
     from draftgen.export import ExportError
+    from draftgen.ingest import InputError
+    from draftgen.merge import MergeError
     from draftgen.mix import MixError
     from draftgen.pipeline import RunError
     from draftgen.profiles import UnknownProfileError
@@ -412,7 +496,7 @@ def _is_user_error(exc: Exception) -> bool:
     return isinstance(
         exc,
         (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError, VocabError)
-        + (ConfigError, MixError, EstimateError),
+        + (ConfigError, MixError, EstimateError, InputError, MergeError),
     )
 
 
@@ -440,15 +524,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_cost=args.max_cost,
         max_retries=args.max_retries,
         shutdown_grace=args.shutdown_grace,
+        endpoint_concurrency=args.endpoint_concurrency,
+        endpoints=args.endpoints,
+        shard=args.shard,
         **_settings_options(args),
     )
-    if args.base_url is None:
+    if args.base_url is None and not args.endpoints:
         print(
             "draftgen: no --base-url given, so the built-in simulator answers: the data is "
             "synthetic",
             file=sys.stderr,
         )
-    summary = asyncio.run(run(options))
+    if args.ray is not None:
+        from draftgen.ray_runner import run_on_ray
+
+        summary = run_on_ray(options, args.ray, address=args.ray_address)
+    else:
+        summary = asyncio.run(run(options))
     print(format_status(summary.counts, args.out))
     if summary.stopped == "interrupted":
         print(
@@ -474,7 +566,24 @@ def _settings_options(args: argparse.Namespace) -> dict:
         "reasoning_effort": args.reasoning_effort,
         "reasoning_max_tokens": args.reasoning_max_tokens,
         "provider": args.provider,
+        "input_format": args.input_format,
     }
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from draftgen.merge import merge_runs
+    from draftgen.pipeline import open_existing
+
+    summary = merge_runs(args.run_dirs, args.out)
+    print(
+        f"merged {summary.runs} runs into {summary.out} in {summary.seconds:.2f} s: "
+        f"{summary.completions} completions, {summary.failures} failures, {summary.rejected} "
+        f"rejected rows; {summary.shared_keys} keys were in more than one run (kept once); "
+        f"shard {summary.shard}"
+    )
+    with open_existing(args.out) as store:
+        print(format_status(store.counts(), args.out))
+    return 0
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -495,7 +604,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         inputs=args.input or [],
         model=args.model,
         tokenizer=args.tokenizer,
-        base_url=args.base_url,
+        base_url=args.base_url or [e.url for e in args.endpoints or []] or None,
         api_key_env=args.api_key_env,
         concurrency=args.concurrency,
         stream=args.stream,
@@ -607,6 +716,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         fatal_after=args.fatal_after,
         stall_seconds=args.stall_seconds,
         dialect=args.dialect,
+        fail_after=args.fail_after,
     )
     serve_forever(config, host=args.host, port=args.port)
     return 0
@@ -629,7 +739,32 @@ def format_status(counts: dict, run_dir: Path) -> str:
         lines.append(f"  {title}:" + ("" if table else " none"))
         lines.extend(f"    {name:<28} {count}" for name, count in table.items())
     lines.extend(format_exactness(counts.get("exactness") or {}))
+    lines.extend(format_endpoints(counts.get("endpoints") or {}))
     return "\n".join(lines)
+
+
+def format_endpoints(endpoints: dict) -> list[str]:
+    """Per endpoint: attempts, completions, failed attempts by kind, ejections, latency, tokens."""
+    if not endpoints:
+        return []  # a store from before endpoints were recorded
+    lines = ["  endpoints:"]
+    for url, row in endpoints.items():
+        kinds = ", ".join(f"{kind} {count}" for kind, count in row["error_kinds"].items())
+        latency = row["latency_mean"]
+        state = []
+        if row["ejections"]:
+            state.append(f"ejected {row['ejections']}x, readmitted {row['readmissions']}x")
+        if row["removed"]:
+            state.append("removed (misconfigured)")
+        lines.append(f"    {url}" + (f"  [{'; '.join(state)}]" if state else ""))
+        errors = f"errors {row['errors']}" + (f" ({kinds})" if kinds else "")
+        seconds = f"{latency:.3f} s" if latency is not None else "-"
+        lines.append(
+            f"      requests {row['requests']}  completions {row['completions']}  {errors}  "
+            f"latency {seconds}  tokens {row['prompt_tokens']} prompt + "
+            f"{row['completion_tokens']} completion"
+        )
+    return lines
 
 
 def format_exactness(exactness: dict) -> list[str]:
@@ -679,6 +814,25 @@ def _unit_float(text: str) -> float:
     return value
 
 
+class _AppendUrl(argparse.Action):
+    """``--base-url`` given again adds an endpoint. Not argparse's "append": a config file's
+    ``base_url = "..."`` stays one string, as before several endpoints existed."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = getattr(namespace, self.dest, None)
+        urls = list(given) if isinstance(given, list) else []
+        setattr(namespace, self.dest, [*urls, values])
+
+
+def _shard(text: str):
+    from draftgen.shard import ShardError, parse_shard
+
+    try:
+        return parse_shard(text)
+    except ShardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -689,6 +843,7 @@ def _positive_int(text: str) -> int:
 COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulate": cmd_simulate}
 COMMANDS.update(vocab=cmd_vocab, report=cmd_report)
 COMMANDS.update(init=cmd_init, estimate=cmd_estimate)
+COMMANDS.update(merge=cmd_merge)
 
 if __name__ == "__main__":
     sys.exit(main())

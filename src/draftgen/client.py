@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -23,7 +25,12 @@ from draftgen.backends.openrouter import (
     parse_completion,
 )
 from draftgen.budget import SpendGuard
+from draftgen.endpoints import Endpoint, EndpointsDown, EndpointSpec, HealthPolicy, Router
+from draftgen.logs import add_secret
 from draftgen.records import Completion
+
+_log = logging.getLogger("draftgen.client")
+PROBE_TIMEOUT = 10.0  # seconds a health probe (GET /models) may take
 
 
 @dataclass(frozen=True)
@@ -43,9 +50,13 @@ class AttemptError:
     message: str
     status: int | None
     at: float
+    endpoint: str | None = None  # the base URL the attempt went to
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "message": self.message, "status": self.status, "at": self.at}
+        out = {"kind": self.kind, "message": self.message, "status": self.status, "at": self.at}
+        if self.endpoint is not None:
+            out["endpoint"] = self.endpoint
+        return out
 
 
 class GenerationFailed(Exception):
@@ -100,6 +111,16 @@ class AdaptiveLimiter:
         self.in_flight -= 1
         self._wake()
 
+    def try_acquire(self) -> bool:
+        """Take a slot now if one is free and no pause is on (the router does the waiting)."""
+        if self.pause_left() > 0 or self.in_flight >= int(self.limit):
+            return False
+        self.in_flight += 1
+        return True
+
+    def pause_left(self) -> float:
+        return max(0.0, self.paused_until - time.monotonic())
+
     def on_success(self) -> None:
         if self.limit < self.max:
             self.limit = min(self.max, self.limit + 1)
@@ -123,12 +144,19 @@ class AdaptiveLimiter:
                 free -= 1
 
 
+def endpoint_specs(base_url: str | Sequence[str | EndpointSpec]) -> list[EndpointSpec]:
+    """One base URL, or several (strings or ``EndpointSpec``), as endpoint specs."""
+    items = [base_url] if isinstance(base_url, str) else list(base_url)
+    return [item if isinstance(item, EndpointSpec) else EndpointSpec(item) for item in items]
+
+
 class ChatClient:
-    """POSTs chat completion bodies to one OpenAI-compatible endpoint."""
+    """POSTs chat completion bodies to one OpenAI-compatible endpoint, or routes them over
+    several (``draftgen.endpoints``): least outstanding first, unhealthy ones ejected."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str | EndpointSpec],
         api_key: str | None,
         *,
         concurrency: int,
@@ -137,15 +165,28 @@ class ChatClient:
         max_retries: int | None = None,
         budget: SpendGuard | None = None,
         backend: Backend | None = None,
+        endpoint_concurrency: int | None = None,
+        health: HealthPolicy | None = None,
+        on_endpoint_event: Callable[[str, str, str], None] | None = None,
     ) -> None:
         """``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
-        that could pass a spending limit."""
+        that could pass a spending limit. With several endpoints, ``concurrency`` is the run's
+        total and ``endpoint_concurrency`` (or a spec's own) caps each; ``on_endpoint_event``
+        hears (endpoint, "ejected" | "readmitted" | "removed", why)."""
         self.backend = backend
-        path = backend.path if backend is not None else "/chat/completions"
-        self.url = base_url.rstrip("/") + path
+        self._path = backend.path if backend is not None else "/chat/completions"
+        self.router = Router(
+            endpoint_specs(base_url),
+            concurrency=concurrency,
+            endpoint_concurrency=endpoint_concurrency,
+            limiter_factory=AdaptiveLimiter,
+            policy=health,
+            probe=self._probe,
+            on_event=on_endpoint_event,
+        )
+        self.url = self.router.endpoints[0].url + self._path
         self._api_key = api_key
         self.retry = retry or RetryPolicy()
-        self.limiter = AdaptiveLimiter(concurrency)
         self.stats = ClientStats()
         self.stop_reason: str | None = None
         self._max_retries = max_retries
@@ -153,12 +194,21 @@ class ChatClient:
         self._idle_timeout = idle_timeout
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def limiter(self) -> AdaptiveLimiter | Router:
+        """What bounds the requests in flight (``in_flight``): the one endpoint's limiter, or
+        the router over several."""
+        if len(self.router.endpoints) == 1:
+            return self.router.endpoints[0].limiter
+        return self.router
+
     def stop(self, reason: str) -> None:
         """Send nothing new; attempts already on the wire finish."""
         self.stop_reason = self.stop_reason or reason
 
     async def __aenter__(self) -> ChatClient:
         headers = {"Content-Type": "application/json", "User-Agent": "draftgen/0.1"}
+        add_secret(self._api_key)  # the key rides in every request: keep it out of the logs
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         self._session = aiohttp.ClientSession(
@@ -171,40 +221,71 @@ class ChatClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.router.close()
         if self._session is not None:
             await self._session.close()
 
     async def complete(self, body: bytes, stream: bool) -> tuple[Completion, list[AttemptError]]:
         """One completion for ``body``, retried as policy allows; errors of failed attempts too."""
         errors: list[AttemptError] = []
+        tried: set[str] = set()  # a retry prefers an endpoint this request has not failed on
         for attempt in range(1, self.retry.max_attempts + 1):
-            await self.limiter.acquire()
+            if self.stop_reason:
+                raise RunStopped(self.stop_reason)
+            try:
+                endpoint = await self.router.acquire(tried)
+            except EndpointsDown as exc:
+                raise FatalApiError(self._redact(str(exc))) from None
+            started = time.monotonic()
             try:
                 if self.stop_reason:
                     raise RunStopped(self.stop_reason)
                 if self._budget is None:
-                    completion = await self._attempt(body, stream)
+                    completion = await self._attempt(endpoint, body, stream)
                 else:
-                    async with self._budget.admit(self.limiter.in_flight):
-                        completion = await self._attempt(body, stream)
+                    async with self._budget.admit(self.router.in_flight):
+                        completion = await self._attempt(endpoint, body, stream)
                         self._budget.record(completion.cost)
             except ApiError as exc:
                 error = exc
             else:
-                self.limiter.on_success()
+                self.router.succeeded(endpoint)
+                completion.endpoint = endpoint.label
+                completion.endpoint_latency = time.monotonic() - started
+                _log.debug(
+                    "attempt %d on %s: completion in %.3f s",
+                    attempt,
+                    endpoint.label,
+                    completion.endpoint_latency,
+                    extra={"endpoint": endpoint.label, "attempt": attempt},
+                )
                 return completion, errors
             finally:
-                self.limiter.release()
+                self.router.release(endpoint)
             self.stats.errors[error.kind] += 1
             errors.append(
-                AttemptError(error.kind, self._redact(error.message), error.status, time.time())
+                AttemptError(
+                    error.kind,
+                    self._redact(error.message),
+                    error.status,
+                    time.time(),
+                    endpoint.label,
+                )
             )
-            if error.fatal:
+            tried.add(endpoint.label)
+            _log.debug(
+                "attempt %d on %s failed: %s",
+                attempt,
+                endpoint.label,
+                errors[-1].message,
+                extra={"endpoint": endpoint.label, "attempt": attempt, "kind": error.kind},
+            )
+            # Pushback and health are per endpoint; a fleet absorbs one misconfigured member.
+            absorbed = self.router.failed(endpoint, error)
+            if error.fatal and not absorbed:
                 raise FatalApiError(self._redact(str(error)))
-            if not error.retryable:
+            if not error.retryable and not absorbed:
                 raise GenerationFailed(error.kind, errors)
-            if error.pushback:
-                self.limiter.on_pushback(error.retry_after)
             if attempt < self.retry.max_attempts:
                 self.stats.retries += 1
                 if self._max_retries is not None and self.stats.retries > self._max_retries:
@@ -212,15 +293,18 @@ class ChatClient:
                         f"the run used up its retry budget ({self._max_retries} retries, last: "
                         f"{error.kind}); the server keeps failing, so try again later"
                     )
-                wait = error.retry_after if error.retry_after is not None else None
+                wait = error.retry_after
+                if wait is not None and self.router.has_alternative(tried):
+                    wait = None  # Retry-After speaks for the endpoint that sent it, not the rest
                 await asyncio.sleep(wait if wait is not None else self.retry.backoff(attempt))
         raise GenerationFailed(f"gave_up_after_{self.retry.max_attempts}_attempts", errors)
 
-    async def _attempt(self, body: bytes, stream: bool) -> Completion:
+    async def _attempt(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
         assert self._session is not None, "use ChatClient as an async context manager"
         self.stats.requests += 1
+        endpoint.requests += 1
         try:
-            async with self._session.post(self.url, data=body) as response:
+            async with self._session.post(endpoint.url + self._path, data=body) as response:
                 if response.status != 200:
                     payload = await response.read()
                     raise error_from_status(
@@ -246,6 +330,20 @@ class ChatClient:
             raise ApiError("connection_dropped", f"connection dropped mid-body ({exc})") from None
         except aiohttp.ClientError as exc:
             raise ApiError("connection_dropped", f"{exc.__class__.__name__}: {exc}") from None
+
+    async def _probe(self, endpoint: Endpoint) -> bool:
+        """Whether an ejected endpoint answers at all: any reply below 500 to ``GET /models``
+        (a 404 from a server without that route still proves it is up)."""
+        if self._session is None:
+            return False
+        try:
+            async with self._session.get(
+                endpoint.url + "/models", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT)
+            ) as response:
+                await response.read()
+                return response.status < 500
+        except (aiohttp.ClientError, TimeoutError):
+            return False
 
     def _redact(self, text: str) -> str:
         if self._api_key and self._api_key in text:

@@ -100,11 +100,13 @@ def resolve(
         dest: getattr(action, "draftgen_default", action.default)
         for dest, action in options_of(command_parser).items()
     }
-    values.update(datasets=None, provider=None)
+    values.update(datasets=None, provider=None, endpoints=None)
     if path is not None:
         from_file = load_config(path, run_parser, tables)
         if "input" in vars(args):
             from_file.pop("datasets", None)  # --input replaces the file's datasets too
+        if "base_url" in vars(args):
+            from_file.pop("endpoints", None)  # and --base-url the file's endpoints
         for key, value in from_file.items():
             table, _, own = key.rpartition(".")
             if table in ("", command) and own in values:
@@ -123,7 +125,8 @@ def load_config(
     """The file's settings, converted as the flags convert them; ConfigError if any is wrong.
 
     Run keys come back by name, ``[[datasets]]`` as ``datasets`` (DatasetSpec list),
-    ``[openrouter.provider]`` as ``provider``, and a command table's keys as ``TABLE.KEY``.
+    ``[openrouter.provider]`` as ``provider``, ``[[backend.endpoints]]`` as ``endpoints``
+    (EndpointSpec list) and a command table's keys as ``TABLE.KEY``.
     """
     tables = tables or {}
     try:
@@ -140,6 +143,9 @@ def load_config(
         if key in tables:
             values.update(_command_table(path, key, value, tables[key]))
             continue
+        if key == "backend" and isinstance(value, dict):
+            values.update(_backend_table(path, value, run_options["backend"], base))
+            continue
         action = run_options.get(key)
         if action is None:
             raise ConfigError(_unknown(path, key, [*run_options, "datasets", "openrouter"]))
@@ -152,6 +158,10 @@ def load_config(
         values["datasets"] = _datasets(path, document["datasets"], base)
     if "openrouter" in document:
         values["provider"] = _openrouter(path, document["openrouter"])
+    if "endpoints" in values and "base_url" in values:
+        raise ConfigError(
+            f"{path}: base_url and [[backend.endpoints]] both name endpoints; keep one of them"
+        )
     return values
 
 
@@ -269,6 +279,47 @@ def _datasets(path: Path, value: object, base: Path) -> list[DatasetSpec]:
     return specs
 
 
+def _backend_table(path: Path, table: dict, backend: argparse.Action, base: Path) -> dict[str, Any]:
+    """``[backend]`` as a table: ``name`` (what a plain ``backend`` key holds) and
+    ``[[backend.endpoints]]``."""
+    from draftgen.endpoints import EndpointSpec
+
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "name":
+            values["backend"] = _scalar(path, "backend.name", backend, value, base)
+        elif key != "endpoints":
+            raise ConfigError(
+                _unknown(path, f"backend.{key}", ["backend.name", "backend.endpoints"])
+            )
+    listed = table.get("endpoints")
+    if listed is None:
+        return values
+    if not isinstance(listed, list) or not listed:
+        raise ConfigError(
+            f"{path}: backend.endpoints must be [[backend.endpoints]] tables, each with a url"
+        )
+    specs = []
+    for index, entry in enumerate(listed):
+        where = f"backend.endpoints[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: {where} must be a [[backend.endpoints]] table")
+        for key in entry:
+            if key not in ("url", "concurrency"):
+                raise ConfigError(_unknown(path, f"{where}.{key}", ["url", "concurrency"]))
+        url = entry.get("url")
+        if not isinstance(url, str) or not url:
+            raise ConfigError(f'{path}: {where} has no url; add url = "http://host:30000/v1"')
+        concurrency = entry.get("concurrency")
+        if concurrency is not None and (
+            not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1
+        ):
+            raise ConfigError(f"{path}: {where}.concurrency must be a positive integer")
+        specs.append(EndpointSpec(url, concurrency))
+    values["endpoints"] = specs
+    return values
+
+
 def _openrouter(path: Path, value: object) -> dict | None:
     from draftgen.backends.openrouter import provider_problem
 
@@ -374,6 +425,16 @@ path = "prompts.jsonl"
 # data_collection = "deny"  # allow | deny
 # enforce_distillable_text = true  # only models whose authors allow distillation
 # zdr = true
+
+# Several servers instead of one base_url, routed least-outstanding-first with health checks.
+# The backend key then moves into the table (TOML allows one of the two forms):
+# [backend]
+# name = "sglang"
+# [[backend.endpoints]]
+# url = "http://10.0.0.1:30000/v1"
+# concurrency = 256  # in flight on this server at most (default: --endpoint-concurrency)
+# [[backend.endpoints]]
+# url = "http://10.0.0.2:30000/v1"
 
 # `draftgen estimate` only.
 [estimate]

@@ -206,6 +206,9 @@ async def listed_prices(
 ) -> tuple[float, float] | str:
     """(prompt, completion) USD per token from ``GET {base_url}/models``, or why not."""
     url = base_url.rstrip("/") + "/models"
+    from draftgen.logs import add_secret
+
+    add_secret(api_key)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         timeout = aiohttp.ClientTimeout(total=LISTING_TIMEOUT)

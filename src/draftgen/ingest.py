@@ -1,13 +1,17 @@
-"""Ingest: JSONL prompt files (OpenAI or ShareGPT rows) to validated conversations.
+"""Ingest: prompt files (JSONL, JSON arrays, Parquet, Hugging Face datasets) to conversations.
 
-Rows stream one at a time, so an input of any size is never held in memory. Invalid rows become
-``Rejection`` values carrying the file, the 1-based line and a sentence a person can act on.
+Rows are OpenAI ``messages``, ShareGPT ``conversations`` or glaive ``system`` + ``chat`` objects.
+Rows stream one at a time (a JSON array file is the exception: that format is one value, read
+whole). Invalid rows become ``Rejection`` values carrying the file, the 1-based line (the row
+number for formats without lines) and a sentence a person can act on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,13 +47,213 @@ class RowError(ValueError):
     """A row that cannot be used; the message is the sentence written to rejected.jsonl."""
 
 
-def read_conversations(paths: list[str]) -> Iterator[Conversation | Rejection]:
-    """Yield every row of every input in order, as a conversation or a rejection."""
+class InputError(ValueError):
+    """A whole input that cannot be read as asked; the message names the file and the fix."""
+
+
+def read_conversations(
+    paths: list[str], format: str | None = None
+) -> Iterator[Conversation | Rejection]:
+    """Yield every row of every input in order, as a conversation or a rejection.
+
+    ``format`` is one of ``INPUT_FORMATS``; None or "auto" picks it from each path. A file that
+    cannot be read in that format at all raises ``InputError``.
+    """
     for path in paths:
-        yield from _read_file(path)
+        yield from _read_input(path, format)
 
 
-def _read_file(path: str) -> Iterator[Conversation | Rejection]:
+def _read_input(path: str, format: str | None) -> Iterator[Conversation | Rejection]:
+    container, glaive = resolve_format(path, format)
+    if container == "jsonl":
+        yield from _read_file(path, glaive)
+        return
+    label = os.path.basename(path.rstrip("/\\"))
+    for number, row in enumerate(_records(path, container), start=1):
+        try:
+            yield parse_record(row, label=label, input=path, line=number, glaive=glaive)
+        except RowError as exc:
+            yield Rejection(input=path, line=number, reason=str(exc))
+
+
+INPUT_FORMATS = ("auto", "jsonl", "json", "parquet", "hf", "glaive")
+# Marker files of a datasets.save_to_disk directory (a Dataset, or a DatasetDict of splits).
+HF_DATASET_FILES = ("state.json", "dataset_dict.json")
+_HF_BATCH_ROWS = 256
+
+
+def resolve_format(path: str, format: str | None) -> tuple[str, bool]:
+    """The container to read ``path`` as (jsonl, json, parquet, hf), and whether its rows are
+    glaive rows whatever keys they have (``glaive`` picks the container from the path)."""
+    if format not in (None, *INPUT_FORMATS):
+        raise InputError(
+            f"{path}: input format {format!r} is unknown; use one of {', '.join(INPUT_FORMATS)}"
+        )
+    glaive = format == "glaive"
+    if format in ("jsonl", "json", "parquet", "hf"):
+        return format, glaive
+    if os.path.isdir(path):
+        if any(os.path.isfile(os.path.join(path, name)) for name in HF_DATASET_FILES):
+            return "hf", glaive
+        raise InputError(
+            f"{path} is a directory but not a datasets.save_to_disk one (no state.json); "
+            "give a file, or the directory save_to_disk wrote"
+        )
+    suffix = Path(path).suffix.lower()
+    if suffix == ".parquet":
+        return "parquet", glaive
+    if suffix == ".json" and _first_byte(path) == b"[":
+        return "json", glaive
+    return "jsonl", glaive  # .jsonl, .ndjson, and .json files of one object per line
+
+
+def _first_byte(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        while chunk := handle.read(4096):
+            stripped = chunk.lstrip()
+            if stripped:
+                return stripped[:1]
+    return b""
+
+
+def count_rows(path: str, format: str | None = None) -> int | None:
+    """Rows ``read_conversations`` yields for ``path`` when metadata tells it without reading
+    them (Parquet, datasets directories); None for line formats, which must be read."""
+    container, _ = resolve_format(path, format)
+    if container == "parquet" and os.path.isfile(path):
+        return _parquet_file(path).metadata.num_rows
+    if container == "hf" and os.path.isdir(path):
+        return len(_hf_dataset(path))
+    return None
+
+
+def _records(path: str, container: str) -> Iterator[object]:
+    if container == "json":
+        yield from _json_array(path)
+    elif container == "parquet":
+        for batch in _parquet_file(path).iter_batches(batch_size=_HF_BATCH_ROWS):
+            yield from map(_without_nulls, batch.to_pylist())
+    elif os.path.isdir(path):
+        yield from map(_without_nulls, _hf_rows(_hf_dataset(path)))
+    else:
+        yield from map(_without_nulls, _hf_file_rows(path))
+
+
+def _json_array(path: str) -> list:
+    # A JSON array is one value: parsing it at all means holding it, so it is read whole.
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+            "fix it, or give one object per line as JSONL"
+        ) from None
+    if not isinstance(value, list):
+        raise InputError(
+            f"{path} holds a JSON {_json_kind(value)}, not an array of rows; give a "
+            "top-level list of row objects, or one object per line as JSONL"
+        )
+    return value
+
+
+def _json_kind(value: object) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number" if isinstance(value, (int, float)) else "value")
+
+
+def _parquet_file(path: str):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError and others
+        raise InputError(
+            f"{path} cannot be read as Parquet ({exc}); check the file, or pass the right "
+            "--input-format"
+        ) from None
+
+
+def _hf_dataset(path: str):
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(path)
+    except Exception as exc:  # datasets raises FileNotFoundError, ValueError and others
+        raise InputError(f"{path} cannot be loaded with datasets.load_from_disk ({exc})") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        splits = list(loaded)
+        if len(splits) != 1:
+            raise InputError(
+                f"{path} holds the splits {', '.join(splits)}; give one split's directory, "
+                f"e.g. {os.path.join(path, splits[0])}"
+            )
+        loaded = loaded[splits[0]]
+    return loaded
+
+
+def _hf_rows(dataset) -> Iterator[dict]:
+    for batch in dataset.iter(batch_size=_HF_BATCH_ROWS):
+        columns = list(batch)
+        for values in zip(*(batch[name] for name in columns), strict=True):
+            yield dict(zip(columns, values, strict=True))
+
+
+def _hf_file_rows(path: str) -> Iterator[dict]:
+    """A local file through ``datasets.load_dataset`` streaming (no cache written)."""
+    import datasets
+
+    builder = {".parquet": "parquet", ".csv": "csv"}.get(Path(path).suffix.lower(), "json")
+    try:
+        stream = datasets.load_dataset(builder, data_files=path, split="train", streaming=True)
+        yield from stream
+    except Exception as exc:  # datasets raises DatasetGenerationError, ValueError and others
+        raise InputError(
+            f"{path} cannot be read with datasets.load_dataset({builder!r}) ({exc}); check the "
+            "file, or pass the right --input-format"
+        ) from None
+
+
+class PositionalRows:
+    """Rows of a JSON array or a datasets directory, read by position (for a seeded shuffle)."""
+
+    def __init__(self, path: str, rows, glaive: bool) -> None:
+        self.path = path
+        self.rows = rows  # a list (JSON array) or a memory-mapped datasets.Dataset
+        self.glaive = glaive
+        self.label = os.path.basename(path.rstrip("/\\"))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def parse(self, number: int) -> Conversation | Rejection:
+        try:
+            return parse_record(
+                _without_nulls(self.rows[number - 1]),
+                label=self.label,
+                input=self.path,
+                line=number,
+                glaive=self.glaive,
+            )
+        except RowError as exc:
+            return Rejection(input=self.path, line=number, reason=str(exc))
+
+
+def positional_rows(path: str, format: str | None) -> PositionalRows:
+    """``path`` as rows by position; InputError for containers read only in order."""
+    container, glaive = resolve_format(path, format)
+    if container == "json":
+        return PositionalRows(path, _json_array(path), glaive)
+    if container == "hf" and os.path.isdir(path):
+        return PositionalRows(path, _hf_dataset(path), glaive)
+    raise InputError(
+        f"{path}: a {container} input is read only in order, so shuffle cannot pick rows by "
+        "position; convert it to JSONL (or a datasets.save_to_disk directory) or drop shuffle"
+    )
+
+
+def _read_file(path: str, glaive: bool = False) -> Iterator[Conversation | Rejection]:
     label = os.path.basename(path)
     with open(path, "rb") as handle:
         line_no = 0
@@ -67,7 +271,7 @@ def _read_file(path: str) -> Iterator[Conversation | Rejection]:
             if not raw.strip():
                 continue
             try:
-                yield parse_row(raw, label=label, input=path, line=line_no)
+                yield parse_row(raw, label=label, input=path, line=line_no, glaive=glaive)
             except RowError as exc:
                 yield Rejection(input=path, line=line_no, reason=str(exc))
 
@@ -81,24 +285,47 @@ def _skip_rest_of_line(handle) -> int:
     return skipped
 
 
-def parse_row(raw: bytes, *, label: str, input: str, line: int) -> Conversation:
+def parse_row(
+    raw: bytes, *, label: str, input: str, line: int, glaive: bool = False
+) -> Conversation:
     try:
         row = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RowError(f"line is not valid JSON ({exc}); fix or remove it") from None
     if not isinstance(row, dict):
         raise RowError("row is not a JSON object; each line must be one object with 'messages'")
-    if "messages" in row:
+    return parse_record(row, label=label, input=input, line=line, glaive=glaive)
+
+
+def parse_record(
+    row: object, *, label: str, input: str, line: int, glaive: bool = False
+) -> Conversation:
+    """One decoded row (a dict) to a conversation; RowError says why it cannot be used."""
+    if not isinstance(row, dict):
+        raise RowError(f"row is a {_json_kind(row)}, not an object with 'messages'")
+    tools = row.get("tools")
+    if isinstance(tools, str):  # Parquet and datasets columns often hold the schemas as JSON text
+        try:
+            tools = orjson.loads(tools) if tools.strip() else None
+        except orjson.JSONDecodeError:
+            raise RowError(
+                "'tools' must be a list of objects (OpenAI function schemas) or absent, not a "
+                "string that is not JSON"
+            ) from None
+    if glaive or ("chat" in row and "messages" not in row and "conversations" not in row):
+        messages, glaive_tools = glaive_messages(row)
+        tools = glaive_tools if tools is None else tools
+    elif "messages" in row:
         messages = _openai_messages(row["messages"])
     elif "conversations" in row:
         messages = _sharegpt_messages(row["conversations"])
     else:
         raise RowError(
-            "row has no messages: give an OpenAI 'messages' list or ShareGPT 'conversations'"
+            "row has no messages: give an OpenAI 'messages' list or ShareGPT 'conversations' "
+            "(or a glaive 'chat')"
         )
     if not any(m["role"] == "user" for m in messages):
         raise RowError("row has no user turn, so there is nothing for the model to answer")
-    tools = row.get("tools")
     if tools is not None and not (
         isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
     ):
@@ -111,6 +338,134 @@ def parse_row(raw: bytes, *, label: str, input: str, line: int) -> Conversation:
         input=input,
         line=line,
     )
+
+
+def _without_nulls(row: object) -> object:
+    """A column-based row (Parquet, datasets) as its JSON form: Arrow gives every row every
+    column, and every message every field of the struct, the absent ones as None."""
+    if not isinstance(row, dict):
+        return row
+    out = {}
+    for key, value in row.items():
+        if value is None:
+            continue
+        if key in ("messages", "conversations") and isinstance(value, list):
+            value = [
+                {k: v for k, v in item.items() if v is not None} if isinstance(item, dict) else item
+                for item in value
+            ]
+        out[key] = value
+    return out
+
+
+GLAIVE_SPEAKERS = {"USER": "user", "ASSISTANT": "assistant", "FUNCTION RESPONSE": "tool"}
+_GLAIVE_TURN = re.compile(r"(?m)^(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]?")
+_GLAIVE_CALL = re.compile(
+    r'^\{\s*"name"\s*:\s*"(?P<name>[^"]+)"\s*,\s*"arguments"\s*:\s*\'(?P<args>.*)\'\s*\}$', re.S
+)
+_GLAIVE_END = "<|endoftext|>"
+
+
+def glaive_messages(row: dict) -> tuple[list[dict], list[dict] | None]:
+    """A glaive function-calling row (``system`` + ``chat`` transcript) as OpenAI messages.
+
+    The system text's JSON objects become ``tools``; ``<functioncall> {...}`` becomes an
+    assistant ``tool_calls`` entry and ``FUNCTION RESPONSE:`` a ``tool`` message answering it.
+    """
+    system, chat = row.get("system", ""), row.get("chat")
+    if not isinstance(chat, str) or not chat.strip():
+        raise RowError("glaive row has no 'chat' transcript text (USER: ... ASSISTANT: ...)")
+    if not isinstance(system, str):
+        raise RowError(f"glaive 'system' is a {_json_kind(system)}, not a string")
+    messages: list[dict] = []
+    prose, tools = _glaive_system(system)
+    if prose:
+        messages.append({"role": "system", "content": prose})
+    parts = _GLAIVE_TURN.split(chat)
+    if parts[0].strip():
+        raise RowError(
+            "glaive 'chat' must start with a USER:, ASSISTANT: or FUNCTION RESPONSE: turn, "
+            f"not {parts[0].strip()[:40]!r}"
+        )
+    calls = 0
+    for speaker, text in zip(parts[1::2], parts[2::2], strict=True):
+        role = GLAIVE_SPEAKERS[speaker]
+        text = text.replace(_GLAIVE_END, "").strip()
+        if role == "assistant" and "<functioncall>" in text:
+            before, _, payload = text.partition("<functioncall>")
+            calls += 1
+            call_id = f"call_{calls}"
+            name, arguments = _glaive_call(payload.strip(), len(messages))
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": before.strip(),
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments},
+                        }
+                    ],
+                }
+            )
+        elif role == "tool":
+            message = {"role": "tool", "content": text}
+            if calls:
+                message["tool_call_id"] = f"call_{calls}"
+            messages.append(message)
+        else:
+            messages.append({"role": role, "content": text})
+    return messages, tools
+
+
+def _glaive_system(system: str) -> tuple[str, list[dict] | None]:
+    text = system.strip()
+    if text.startswith("SYSTEM:"):
+        text = text[len("SYSTEM:") :].strip()
+    start = text.find("{")
+    if start < 0:
+        return text, None
+    decoder = json.JSONDecoder()
+    tools, rest = [], text[start:]
+    while rest:
+        try:
+            function, end = decoder.raw_decode(rest)
+        except RecursionError:
+            raise RowError("glaive 'system' has a function definition nested too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise RowError(
+                f"glaive 'system' has a function definition that is not JSON ({exc.msg} at "
+                f"character {start + exc.pos}); fix or remove the row"
+            ) from None
+        if not isinstance(function, dict) or "name" not in function:
+            raise RowError("glaive 'system' has a JSON value that is not a function with a name")
+        tools.append({"type": "function", "function": function})
+        rest = rest[end:].lstrip()
+    return text[:start].strip(), tools
+
+
+def _glaive_call(payload: str, index: int) -> tuple[str, str]:
+    """Name and JSON arguments of a ``<functioncall>``: glaive quotes the arguments object in
+    single quotes, which is not JSON, so a strict parse is tried first and then that shape."""
+    try:
+        call = json.loads(payload)
+    except RecursionError:
+        raise RowError(f"glaive turn {index} has a <functioncall> nested too deeply") from None
+    except json.JSONDecodeError:
+        match = _GLAIVE_CALL.match(payload)
+        if match is None:
+            raise RowError(
+                f"glaive turn {index} has a <functioncall> that is not "
+                '{"name": ..., "arguments": ...}; fix or remove the row'
+            ) from None
+        return match["name"], match["args"]
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise RowError(f"glaive turn {index} has a <functioncall> without a function name")
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return call["name"], arguments
 
 
 def _openai_messages(value: object) -> list[dict]:

@@ -1,7 +1,8 @@
 """A suite of datasets read as one stream: per-dataset limit, seeded shuffle, weighted shares.
 
 Every file is read through ``ingest.read_conversations``; a shuffled JSONL file is read through a
-byte-offset index (8 bytes a row, 12 with blank lines), never by holding its rows.
+byte-offset index (8 bytes a row, 12 with blank lines), never by holding its rows; a shuffled JSON
+array or datasets directory by row position.
 """
 
 from __future__ import annotations
@@ -13,13 +14,19 @@ import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from draftgen.ingest import MAX_ROW_BYTES, Conversation, Rejection, RowError, parse_row
+from draftgen.ingest import (
+    MAX_ROW_BYTES,
+    Conversation,
+    InputError,
+    Rejection,
+    RowError,
+    parse_row,
+    positional_rows,
+    resolve_format,
+)
+from draftgen.ingest import count_rows as ingest_count
 from draftgen.ingest import read_conversations as ingest_read
-
-# Files the offset index can read: one JSON object per line.
-JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
 class MixError(ValueError):
@@ -43,9 +50,11 @@ class Suite:
     limit: int | None = None  # rows taken from the whole suite
 
     @classmethod
-    def from_inputs(cls, paths: list[str], limit: int | None = None) -> Suite:
+    def from_inputs(
+        cls, paths: list[str], limit: int | None = None, format: str | None = None
+    ) -> Suite:
         """``--input`` files: weight 1 each, ids unprefixed (as before suites existed)."""
-        return cls(tuple(DatasetSpec(path=str(path)) for path in paths), limit)
+        return cls(tuple(DatasetSpec(path=str(path), format=format) for path in paths), limit)
 
     @property
     def mixed(self) -> bool:
@@ -74,10 +83,11 @@ class Suite:
                     f"{where}: weight is a share of the suite's limit, so set limit = N at the "
                     "top of the config (or --limit N), or drop the weight"
                 )
-            if spec.shuffle and not is_jsonl(spec):
+            if spec.shuffle and not (is_jsonl(spec) or _positional(spec)):
                 raise MixError(
-                    f"{where}: shuffle reads rows by byte offset, which needs a JSONL file "
-                    f"(.jsonl); convert {spec.path} to JSONL or drop shuffle"
+                    f"{where}: shuffle reads rows by byte offset or position, which needs a "
+                    "JSONL file, a JSON array or a datasets.save_to_disk directory; convert "
+                    f"{spec.path} to JSONL or drop shuffle"
                 )
             if spec.name is not None:
                 if spec.name in names:
@@ -91,9 +101,22 @@ class Suite:
 
 
 def is_jsonl(spec: DatasetSpec) -> bool:
-    if spec.format is not None:
-        return spec.format == "jsonl"
-    return os.path.isfile(spec.path) and Path(spec.path).suffix.lower() in JSONL_SUFFIXES
+    """Whether ingest reads this input line by line (so the offset index can read it)."""
+    return os.path.isfile(spec.path) and _container(spec) == "jsonl"
+
+
+def _container(spec: DatasetSpec) -> str | None:
+    if not os.path.exists(spec.path):
+        return None
+    try:
+        return resolve_format(spec.path, spec.format)[0]
+    except InputError as exc:
+        raise MixError(f"dataset {spec.name or spec.path}: {exc}") from None
+
+
+def _positional(spec: DatasetSpec) -> bool:
+    """Whether ingest can read this input's rows by position (for a shuffle)."""
+    return _container(spec) == "json" or (_container(spec) == "hf" and os.path.isdir(spec.path))
 
 
 def read_suite(suite: Suite) -> Iterator[Conversation | Rejection]:
@@ -156,7 +179,8 @@ def available_rows(spec: DatasetSpec) -> int:
     """Rows the file holds, counted the way ingest yields them (blank lines are no rows)."""
     if is_jsonl(spec):
         return count_jsonl_rows(spec.path)
-    return sum(1 for _ in _ingest(spec))
+    known = ingest_count(spec.path, spec.format)
+    return known if known is not None else sum(1 for _ in _ingest(spec))
 
 
 _BLANK_LINE = re.compile(rb"(?m)^[ \t\r\x0b\x0c]*\n")
@@ -193,15 +217,7 @@ def _short(tail: bytes) -> bytes:
 
 
 def _ingest(spec: DatasetSpec) -> Iterator[Conversation | Rejection]:
-    if spec.format is None:
-        return ingest_read([spec.path])
-    try:
-        return ingest_read([spec.path], format=spec.format)
-    except TypeError:
-        raise MixError(
-            f"dataset {spec.name or spec.path}: format = {spec.format!r} is not supported by "
-            "this version of draftgen's ingest; drop the key to detect the format"
-        ) from None
+    return ingest_read([spec.path], format=spec.format)
 
 
 def _named(item: Conversation | Rejection, spec: DatasetSpec) -> Conversation | Rejection:
@@ -216,10 +232,12 @@ def _read_all(spec: DatasetSpec) -> Iterator[Conversation | Rejection]:
 
 
 def _take(spec: DatasetSpec, take: int) -> Iterator[Conversation | Rejection]:
-    if spec.shuffle:
+    if spec.shuffle and not is_jsonl(spec):
+        items = _positional_take(spec, take)
+    elif spec.shuffle:
         index = RowIndex.build(spec.path)
         index.shuffle(spec.seed)
-        items = index.read(spec.path, take)
+        items = index.read(spec.path, take, glaive=spec.format == "glaive")
     else:
         items = _ingest(spec)
     try:
@@ -231,6 +249,13 @@ def _take(spec: DatasetSpec, take: int) -> Iterator[Conversation | Rejection]:
         close = getattr(items, "close", None)
         if close is not None:
             close()  # stopping at the limit: let go of the file now, not at collection
+
+
+def _positional_take(spec: DatasetSpec, take: int) -> Iterator[Conversation | Rejection]:
+    rows = positional_rows(spec.path, spec.format)
+    order = shuffled_order(len(rows), spec.seed)
+    for position in range(min(take, len(rows))):
+        yield rows.parse(order[position] + 1)
 
 
 def _interleave(
@@ -298,14 +323,11 @@ class RowIndex:
         ``random()`` is the one part of the module Python promises to keep reproducible across
         versions, so a resume on another interpreter picks the same rows in the same order.
         """
-        rng = random.Random(seed)
-        order = array("I", range(self.count))
-        for i in range(self.count - 1, 0, -1):
-            j = int(rng.random() * (i + 1))
-            order[i], order[j] = order[j], order[i]
-        self.order = order
+        self.order = shuffled_order(self.count, seed)
 
-    def read(self, path: str, take: int | None = None) -> Iterator[Conversation | Rejection]:
+    def read(
+        self, path: str, take: int | None = None, glaive: bool = False
+    ) -> Iterator[Conversation | Rejection]:
         """The first ``take`` rows in reading order, parsed and refused as ingest does."""
         label = os.path.basename(path)
         take = self.count if take is None else min(take, self.count)
@@ -324,9 +346,20 @@ class RowIndex:
                     )
                     continue
                 try:
-                    yield parse_row(raw, label=label, input=path, line=line)
+                    yield parse_row(raw, label=label, input=path, line=line, glaive=glaive)
                 except RowError as exc:
                     yield Rejection(input=path, line=line, reason=str(exc))
+
+
+def shuffled_order(count: int, seed: int) -> array:
+    """A Fisher-Yates permutation of ``range(count)``, drawn from ``random.Random(seed).random()``
+    (see ``RowIndex.shuffle``): the same rows in the same order on every interpreter."""
+    rng = random.Random(seed)
+    order = array("I", range(count))
+    for i in range(count - 1, 0, -1):
+        j = int(rng.random() * (i + 1))
+        order[i], order[j] = order[j], order[i]
+    return order
 
 
 def _skip_rest_of_line(handle) -> None:

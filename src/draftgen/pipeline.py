@@ -12,10 +12,11 @@ import contextlib
 import ipaddress
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -26,6 +27,7 @@ from draftgen.backends import Backend, UnknownBackendError, get_backend
 from draftgen.backends.openrouter import provider_problem
 from draftgen.budget import BudgetReached, SpendGuard
 from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy, RunStopped
+from draftgen.endpoints import EndpointSpec, HealthPolicy, endpoint_label
 from draftgen.ingest import Conversation, Rejection
 from draftgen.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
 from draftgen.native_turn import native_turns
@@ -35,11 +37,10 @@ from draftgen.progress import ProgressDisplay, RunProgress
 from draftgen.reconstruct import COMPLETE_FINISH_REASONS, strip_is_invisible
 from draftgen.reconstruct_batch import reconstruct_batches
 from draftgen.records import GenerationSettings
-from draftgen.store import CompletionWriter, RunLock, Store, StoreError
+from draftgen.shard import ALL, Shard, shard_label
+from draftgen.store import DB_NAME, REJECTED_NAME, CompletionWriter, RunLock, Store, StoreError
 from draftgen.tokenizer import full_vocab, load_tokenizer
 from draftgen.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
-
-REJECTED_NAME = "rejected.jsonl"
 
 
 class RunError(RuntimeError):
@@ -52,7 +53,7 @@ class RunOptions:
     model: str
     tokenizer: str
     out: Path
-    base_url: str | None = None  # None: the built-in simulator
+    base_url: str | list[str] | None = None  # None: the built-in simulator; a list: several
     api_key_env: str = "OPENROUTER_API_KEY"
     concurrency: int = 64
     stream: bool = True
@@ -78,12 +79,24 @@ class RunOptions:
     reasoning_effort: str | None = None  # OpenRouter reasoning.effort
     reasoning_max_tokens: int | None = None  # OpenRouter reasoning.max_tokens (not with effort)
     provider: dict | None = None  # OpenRouter provider routing ([openrouter.provider])
+    # Several endpoints ([[backend.endpoints]]: url, optional concurrency); not with base_url.
+    endpoints: list[EndpointSpec] | None = None
+    endpoint_concurrency: int | None = None  # in-flight cap per endpoint (None: share the total)
+    endpoint_health: HealthPolicy | None = None  # ejection and probing (None: the defaults)
+    # ingest.INPUT_FORMATS; also the format of [[datasets]] that name none. None: "auto".
+    input_format: str | None = None
+    shard: Shard | None = None  # run only this part of the rows (draftgen.shard); None: all
 
     def suite(self) -> Suite:
         """The prompts this run reads: ``datasets`` if given, else the ``inputs`` files."""
+        given = None if self.input_format in (None, "auto") else self.input_format
         if self.datasets:
-            return Suite(tuple(self.datasets), self.limit)
-        return Suite.from_inputs(self.inputs, self.limit)
+            specs = (
+                replace(spec, format=given) if spec.format is None and given else spec
+                for spec in self.datasets
+            )
+            return Suite(tuple(specs), self.limit)
+        return Suite.from_inputs(self.inputs, self.limit, format=given)
 
 
 @dataclass
@@ -108,6 +121,33 @@ def check_base_url(url: str, allow_insecure_http: bool) -> None:
             f"--base-url {url} sends the API key unencrypted to a non-loopback host; use https, "
             "or pass --allow-insecure-http if this network is trusted"
         )
+
+
+def run_endpoints(options: RunOptions) -> list[EndpointSpec] | None:
+    """The endpoints a run sends to (``base_url``, one or a list, or ``endpoints``), checked;
+    None for the built-in simulator."""
+    if options.endpoints and options.base_url:
+        raise RunError(
+            "--base-url and [[backend.endpoints]] both name endpoints; list them in one place"
+        )
+    if options.endpoints:
+        specs = list(options.endpoints)
+    elif options.base_url:
+        urls = [options.base_url] if isinstance(options.base_url, str) else options.base_url
+        specs = [EndpointSpec(url) for url in urls]
+    else:
+        return None
+    seen: set[str] = set()
+    for spec in specs:
+        label = endpoint_label(spec.url)
+        if label in seen:
+            raise RunError(f"endpoint {label} is given twice; list each base URL once")
+        seen.add(label)
+        if spec.concurrency is not None and spec.concurrency < 1:
+            raise RunError(f"endpoint {label} has concurrency {spec.concurrency}; use 1 or more")
+    if options.endpoint_concurrency is not None and options.endpoint_concurrency < 1:
+        raise RunError(f"--endpoint-concurrency {options.endpoint_concurrency} must be 1 or more")
+    return specs
 
 
 def _is_loopback(host: str) -> bool:
@@ -160,6 +200,24 @@ def generation_settings(options: RunOptions) -> GenerationSettings:
     )
 
 
+def check_shard(store: Store, shard: Shard | None, out: Path) -> None:
+    """Record which shard a new run directory holds, or refuse a resume with another one."""
+    wanted = shard_label(shard)
+    # A store from before shards existed, already used, read every row.
+    recorded = store.meta("shard") or (ALL if store.meta("settings") is not None else None)
+    if recorded in (None, wanted):
+        store.set_meta("shard", wanted)
+        return
+    if recorded == ALL:
+        hint = "resume it without --shard, or choose a new --out directory"
+    elif "," not in recorded:
+        hint = f"resume it with --shard {recorded}, or choose a new --out directory"
+    else:
+        hint = "a merge of some shards cannot be resumed, so choose a new --out directory"
+    given = f"--shard {wanted}" if shard is not None else "no --shard"
+    raise RunError(f"{out} holds shard {recorded} of the rows but this run has {given}: {hint}")
+
+
 async def run(options: RunOptions) -> RunSummary:
     for path in options.inputs if not options.datasets else ():
         if not os.path.isfile(path):
@@ -169,20 +227,21 @@ async def run(options: RunOptions) -> RunSummary:
     except MixError as exc:
         raise RunError(str(exc)) from None
     settings = generation_settings(options)
-    tokenizer = load_tokenizer(options.tokenizer)
-    profile = resolve_profile(tokenizer, options.profile)
+    profile = run_profile(options)
     store = Store(options.out)
     lock = RunLock(options.out)
     lock.acquire()
     try:
+        check_shard(store, options.shard, options.out)
         store.check_settings(settings.as_dict())
         simulator = None
-        base_url, api_key = options.base_url, os.environ.get(options.api_key_env)
+        base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
         if base_url is None:
             simulator = await _start_embedded_simulator(options)
             base_url, api_key = simulator.base_url, "simulator"
         else:
-            check_base_url(base_url, options.allow_insecure_http)
+            for spec in base_url:
+                check_base_url(spec.url, options.allow_insecure_http)
             if not api_key and resolve_backend(options.backend).needs_api_key:
                 raise RunError(
                     f"environment variable {options.api_key_env} is not set; export your API key "
@@ -190,9 +249,13 @@ async def run(options: RunOptions) -> RunSummary:
                 )
         store.set_meta("tokenizer", options.tokenizer)
         store.set_meta("profile", profile.name)
+        if options.profile is None:
+            store.set_meta(DETECTED_PROFILE, profile.name)
         reconstruction = BackgroundReconstruction(options.out, options.tokenizer, profile)
         try:
-            progress = await _generate(options, store, settings, base_url, api_key)
+            progress = await _generate(
+                options, store, settings, base_url, api_key, reconstruction.generation_started
+            )
         except BaseException:
             with contextlib.suppress(Exception):
                 await reconstruction.finish(interrupted=True)
@@ -205,6 +268,27 @@ async def run(options: RunOptions) -> RunSummary:
     finally:
         lock.release()
         store.close()
+
+
+DETECTED_PROFILE = "detected_profile"  # store meta: the profile detected for meta "tokenizer"
+
+
+def run_profile(options: RunOptions) -> ModelProfile:
+    """The run's model profile: ``options.profile``, or the one the tokenizer's vocabulary shows.
+
+    A resume with the tokenizer its store was made with takes the profile found then, so the
+    tokenizer (~1.5 s to load) is first loaded by reconstruction once generation has started,
+    not before the first request. A new run loads it here: a bad tokenizer stops it at once;
+    so does a backend that is sent prompt ids, as it needs the tokenizer for its first request.
+    """
+    needs_tokenizer = resolve_backend(options.backend).needs_prompt_ids
+    if not needs_tokenizer and (options.out / DB_NAME).exists():
+        with Store(options.out, create=False) as stored:
+            if stored.meta("tokenizer") == options.tokenizer:
+                name = options.profile or stored.meta(DETECTED_PROFILE)
+                if name:
+                    return get_profile(name)
+    return resolve_profile(load_tokenizer(options.tokenizer), options.profile)
 
 
 async def _start_embedded_simulator(options: RunOptions):
@@ -228,10 +312,16 @@ def resolve_backend(name: str) -> Backend:
 
 
 async def _generate(
-    options: RunOptions, store: Store, settings: GenerationSettings, base_url: str, api_key: str
+    options: RunOptions,
+    store: Store,
+    settings: GenerationSettings,
+    base_url: str | list[EndpointSpec],
+    api_key: str,
+    started: threading.Event | None = None,
 ) -> RunProgress:
+    """Generate every missing turn; ``started`` is set as the first request is sent."""
     progress = RunProgress(total_rows=count_rows(options.suite()))
-    stored = store.answers()
+    stored = StoredTurns(store)
     inflight: dict[str, asyncio.Future] = {}
     writer = CompletionWriter(store.path)
     queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
@@ -251,6 +341,9 @@ async def _generate(
         max_retries=options.max_retries,
         budget=budget,
         backend=backend,
+        endpoint_concurrency=options.endpoint_concurrency,
+        health=options.endpoint_health,
+        on_endpoint_event=writer.note_endpoint_event,
     )
     stop = asyncio.Event()
 
@@ -262,6 +355,7 @@ async def _generate(
 
     progress.errors = client.stats.errors
     rejected = open(options.out / REJECTED_NAME, "wb")
+    seen_ids = SourceIds()
 
     async def generate_turn(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
         messages = build_messages(plan, answers)
@@ -281,7 +375,9 @@ async def _generate(
             )
         )
         request = orjson.dumps({"messages": messages, "tools": plan.tools})
-        started = time.monotonic()
+        if started is not None:
+            started.set()
+        began = time.monotonic()
         try:
             completion, errors = await client.complete(body, stream)
         except GenerationFailed as exc:
@@ -306,31 +402,34 @@ async def _generate(
             completion,
             len(errors) + 1,
             [e.as_dict() for e in errors],
-            time.monotonic() - started,
+            time.monotonic() - began,
         )
         progress.record_completion(
             completion.prompt_tokens, completion.completion_tokens, completion.cost
         )
         return completion.content or "", completion.finish_reason
 
-    async def answer(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
+    async def answer(plan: TurnPlan, answers: list[str], history: bool) -> tuple[str, bool]:
+        """The turn's content (read from the store only if ``history``) and whether the answer
+        is a whole turn, generated unless stored or in flight."""
         if plan.key in stored:
             progress.turns_reused += 1
-            return stored[plan.key]
+            return stored.content(plan.key) if history else "", stored.complete(plan.key)
         if plan.key in inflight:
             return await asyncio.shield(inflight[plan.key])
         future = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         inflight[plan.key] = future
         try:
-            result = await generate_turn(plan, answers)
+            content, finish = await generate_turn(plan, answers)
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
             raise
         finally:
             inflight.pop(plan.key, None)
-        stored[plan.key] = result
+        result = content, finish in COMPLETE_FINISH_REASONS
+        stored.add(plan.key, result[1])
         future.set_result(result)
         return result
 
@@ -347,7 +446,7 @@ async def _generate(
             if stop.is_set():
                 return
             try:
-                content, finish = await answer(plan, answers)
+                content, complete = await answer(plan, answers, history=index + 1 < len(plans))
             except RunStopped:
                 return
             except BudgetReached as exc:
@@ -356,7 +455,7 @@ async def _generate(
             except GenerationFailed:
                 await _fail_rest(plans[index + 1 :], "earlier_turn_failed")
                 return
-            if finish not in COMPLETE_FINISH_REASONS and index + 1 < len(plans):
+            if not complete and index + 1 < len(plans):
                 await _fail_rest(plans[index + 1 :], "earlier_turn_incomplete")
                 return
             answers.append(content)
@@ -387,19 +486,22 @@ async def _generate(
             display.refresh()
 
     async def produce() -> None:
-        seen_ids: dict[str, tuple[str, str, int]] = {}
         for item in read_suite(options.suite()):
             if isinstance(item, Rejection):
                 _reject(item)
                 continue
             plans = plan_turns(item)
-            problem = _duplicate_id(item, plans, seen_ids) or (
+            # Checked on every row, whichever shard it is in, so each shard rejects the same.
+            problem = seen_ids.duplicate_problem(item, plans) or (
                 None
                 if plans
                 else "row has no user or tool turn left to answer after its last assistant message"
             )
             if problem:
                 _reject(Rejection(item.input, item.line, problem))
+                continue
+            if options.shard is not None and not options.shard.holds_key(plans[0].key):
+                progress.total_rows -= 1  # another shard's row
                 continue
             if all(_all_stored(c, stored) for c in sample_chains(plans, options.samples)):
                 # A resume: what a worker would do with this chain is count it, so do it here
@@ -416,6 +518,10 @@ async def _generate(
             await queue.put(None)
 
     def _reject(rejection: Rejection) -> None:
+        shard = options.shard
+        if shard is not None and not shard.holds_line(rejection.input, rejection.line):
+            progress.total_rows -= 1
+            return
         rejected.write(rejection.as_json() + b"\n")
         progress.rejected += 1
         progress.rows_done += 1
@@ -481,35 +587,105 @@ async def _generate(
                     await asyncio.gather(producer, *tasks, return_exceptions=True)
     finally:
         rejected.close()
+        seen_ids.close()
         await asyncio.to_thread(writer.close)
     return progress
 
 
-def _all_stored(plans: list[TurnPlan], stored: dict[str, tuple[str, str | None]]) -> bool:
+def _all_stored(plans: list[TurnPlan], stored: StoredTurns) -> bool:
     """Whether every turn is stored and all but the last complete (nothing left to do)."""
-    for index, plan in enumerate(plans):
-        answer = stored.get(plan.key)
-        if answer is None:
-            return False
-        if answer[1] not in COMPLETE_FINISH_REASONS and index + 1 < len(plans):
-            return False
-    return True
-
-
-def _duplicate_id(
-    conversation: Conversation, plans: list[TurnPlan], seen: dict[str, tuple[str, str, int]]
-) -> str | None:
-    fingerprint = plans[-1].key if plans else ""
-    previous = seen.get(conversation.source_id)
-    if previous is None:
-        seen[conversation.source_id] = (fingerprint, conversation.input, conversation.line)
-        return None
-    if previous[0] == fingerprint:
-        return None  # an exact duplicate: its turns are shared through their keys
-    return (
-        f"id {conversation.source_id!r} is already used by line {previous[2]} of {previous[1]} "
-        "for a different conversation; give each row a unique id"
+    last = len(plans) - 1
+    return all(
+        stored.complete(plan.key) if index < last else plan.key in stored
+        for index, plan in enumerate(plans)
     )
+
+
+class StoredTurns:
+    """The turns the store holds, and whether each is complete, in ~90 bytes a turn.
+
+    Keys are kept as the 128-bit ints their hex digits spell, not with their answers: a turn's
+    content is read from the store only when a later turn of its conversation needs it as
+    history, so a resume over a big store does not load every answer first.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._complete: set[int | str] = set()
+        self._incomplete: set[int | str] = set()
+        for key, finish in store.stored_finishes():
+            self.add(key, finish in COMPLETE_FINISH_REASONS)
+
+    def __contains__(self, key: str) -> bool:
+        compact = _compact_key(key)
+        return compact in self._complete or compact in self._incomplete
+
+    def complete(self, key: str) -> bool:
+        """Whether ``key`` is stored with an answer that ended as a whole turn."""
+        return _compact_key(key) in self._complete
+
+    def add(self, key: str, complete: bool) -> None:
+        (self._complete if complete else self._incomplete).add(_compact_key(key))
+
+    def content(self, key: str) -> str:
+        """The stored answer's content (committed: the writer is awaited before ``add``)."""
+        answer = self._store.answer(key)
+        if answer is None:
+            raise StoreError(f"completion {key} is indexed as stored but missing from the store")
+        return answer[0]
+
+
+HEX_DIGITS = "0123456789abcdef"
+
+
+def _compact_key(key: str) -> int | str:
+    # Turn keys are 32 lowercase hex digits (plan.py): the int they spell is exact and small.
+    if len(key) == 32 and not key.strip(HEX_DIGITS):
+        return int(key, 16)
+    return key
+
+
+class SourceIds:
+    """The ids the rows used so far, with their conversation's fingerprint and where they were read.
+
+    Held in a private temporary SQLite file (the page cache bounds its memory), so memory stays
+    flat however many rows the input has; an insert costs ~2 us a row.
+    """
+
+    def __init__(self) -> None:
+        # "": a private temporary file, deleted on close.
+        self._db = sqlite3.connect("", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=OFF")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute(
+            "CREATE TABLE seen (id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, "
+            "input TEXT NOT NULL, line INTEGER NOT NULL) WITHOUT ROWID"
+        )
+        self._db.execute("BEGIN")  # one transaction for the run: nothing here outlives it
+
+    def duplicate_problem(self, conversation: Conversation, plans: list[TurnPlan]) -> str | None:
+        """Why this row's id cannot be used (another conversation has it), or None."""
+        fingerprint = plans[-1].key if plans else ""
+        row = (conversation.source_id, fingerprint, conversation.input, conversation.line)
+        if self._db.execute(INSERT_SEEN_ID, row).rowcount == 1:
+            return None
+        previous_fingerprint, previous_input, previous_line = self._db.execute(
+            "SELECT fingerprint, input, line FROM seen WHERE id = ?", (conversation.source_id,)
+        ).fetchone()
+        if previous_fingerprint == fingerprint:
+            return None  # an exact duplicate: its turns are shared through their keys
+        return (
+            f"id {conversation.source_id!r} is already used by line {previous_line} of "
+            f"{previous_input} for a different conversation; give each row a unique id"
+        )
+
+    def close(self) -> None:
+        self._db.close()
+
+
+INSERT_SEEN_ID = (
+    "INSERT INTO seen (id, fingerprint, input, line) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
 
 
 def reconstruct_all(
@@ -549,6 +725,9 @@ class BackgroundReconstruction:
     """
 
     def __init__(self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile) -> None:
+        # Nothing is new to reconstruct before the first request, and waiting for it keeps the
+        # tokenizer's load (GIL-bound imports) off a resume's way to its first missing turn.
+        self.generation_started = threading.Event()
         self.generation_done = threading.Event()
         self.stop = threading.Event()
         self._task = asyncio.ensure_future(
@@ -556,6 +735,7 @@ class BackgroundReconstruction:
         )
 
     def _run(self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile) -> int:
+        self.generation_started.wait()
         store = Store(run_dir)
         try:
             return reconstruct_all(
@@ -569,6 +749,7 @@ class BackgroundReconstruction:
         if interrupted:
             self.stop.set()
         self.generation_done.set()
+        self.generation_started.set()
         return await asyncio.shield(self._task)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
+_log = logging.getLogger("draftgen.progress")
 
 
 @dataclass
@@ -79,7 +82,7 @@ class ProgressDisplay:
             self._live.update(self._table())
             self._live.__exit__(None, None, None)
         else:
-            print(self.progress.line(), file=self.stream, flush=True)
+            self._log_line()
 
     def refresh(self) -> None:
         now = time.monotonic()
@@ -88,8 +91,26 @@ class ProgressDisplay:
                 self._live.update(self._table())
                 self._last = now
         elif now - self._last >= self.interval:
-            print(self.progress.line(), file=self.stream, flush=True)
+            self._log_line()
             self._last = now
+
+    def _log_line(self) -> None:
+        """The plain line off a terminal (CI, nohup), through logging: --log-json makes it JSON
+        with the counts as fields."""
+        p = self.progress
+        fields = {
+            "rows_done": p.rows_done,
+            "total_rows": p.total_rows,
+            "turns_done": p.turns_done,
+            "turns_reused": p.turns_reused,
+            "turns_failed": p.turns_failed,
+            "rejected": p.rejected,
+            "prompt_tokens": p.prompt_tokens,
+            "completion_tokens": p.completion_tokens,
+            "cost": p.cost,
+            "eta_seconds": p.eta_seconds(),
+        }
+        _log.info(p.line(), extra=fields)
 
     def _table(self) -> Table:
         p = self.progress

@@ -47,6 +47,9 @@ class Completion:
     completion_token_ids: list[int] | None = None
     # The bytes of each content token, from ``logprobs`` (None if not asked or not returned).
     logprob_bytes: list[bytes] | None = None
+    # Which base URL served it and how long that attempt took (set by the client, not the API).
+    endpoint: str | None = None
+    endpoint_latency: float | None = None
 
     @property
     def prompt_tokens(self) -> int | None:

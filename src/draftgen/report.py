@@ -76,6 +76,7 @@ def build_report(store: Store) -> dict:
         "providers": providers(rows),
         "throughput": throughput(rows),
         "exactness": counts["exactness"],
+        "endpoints": endpoints(counts.get("endpoints") or {}, rows),
     }
 
 
@@ -163,6 +164,34 @@ def providers(rows: list[dict]) -> list[dict]:
                 "retried_errors": sum(len(r["errors"]) for r in group),
                 "unverified": sum(1 for r in sampled if not r["verified"] or r["truncated"]),
                 "verified_share": round(verified / len(sampled), 4) if sampled else None,
+            }
+        )
+    return table
+
+
+def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
+    """The store's per-endpoint figures with latency percentiles of the serving attempts."""
+    latencies: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get("endpoint") is not None and row.get("endpoint_latency") is not None:
+            latencies[row["endpoint"]].append(row["endpoint_latency"])
+    table = []
+    for url, figure in figures.items():
+        ordered = sorted(latencies.get(url, ()))
+        table.append(
+            {
+                "endpoint": url,
+                "requests": figure["requests"],
+                "completions": figure["completions"],
+                "errors": figure["errors"],
+                "error_kinds": figure["error_kinds"],
+                "ejections": figure["ejections"],
+                "readmissions": figure["readmissions"],
+                "removed": figure["removed"],
+                "latency_p50": round(percentile(ordered, 50), 3) if ordered else None,
+                "latency_p90": round(percentile(ordered, 90), 3) if ordered else None,
+                "prompt_tokens": figure["prompt_tokens"],
+                "completion_tokens": figure["completion_tokens"],
             }
         )
     return table
@@ -277,6 +306,16 @@ def render_html(report: dict) -> str:
             "Providers",
             provider_section(report["providers"]),
             "Latency is from the first attempt to the stored answer.",
+            wide=True,
+        )
+    )
+    sections.append(
+        _section(
+            "Endpoints",
+            endpoint_section(report.get("endpoints") or []),
+            "Requests are attempts sent to each base URL; latency is of the attempt that served "
+            "the answer. An endpoint is ejected after failures in a row and readmitted when it "
+            "answers a health probe.",
             wide=True,
         )
     )
@@ -420,6 +459,41 @@ def provider_section(table: list[dict]) -> str:
     return (
         f'<h3>Median latency</h3>{chart}<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
     )
+
+
+def endpoint_section(table: list[dict]) -> str:
+    if not table:
+        return '<p class="empty">no endpoint recorded (a run from before draftgen kept them)</p>'
+    chart = _bars_svg(
+        {row["endpoint"]: row["requests"] for row in table},
+        lambda i, name: PALETTE[(i + 2) % len(PALETTE)],
+        lambda name, value: f"<title>{html.escape(str(name))}: {value} requests</title>",
+        lambda value: f"{value} requests",
+    )
+    keys = (
+        "requests",
+        "completions",
+        "errors",
+        "ejections",
+        "readmissions",
+        "latency_p50",
+        "latency_p90",
+        "prompt_tokens",
+        "completion_tokens",
+    )
+    header = ("endpoint", *(key.replace("_", " ") for key in keys))
+    body = []
+    for i, row in enumerate(table):
+        cells = "".join(
+            '<td class="r">'
+            + (metric(("endpoints", i, key), row[key]) if row[key] is not None else "–")
+            + "</td>"
+            for key in keys
+        )
+        name = html.escape(row["endpoint"]) + (" (removed)" if row["removed"] else "")
+        body.append(f"<tr><td>{name}</td>{cells}</tr>")
+    head = "".join(f"<th>{h}</th>" for h in header)
+    return f'{chart}<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
 
 
 def bar_chart_plain(table: dict, unit: str) -> str:

@@ -26,6 +26,7 @@ import orjson
 from draftgen.records import Completion, StoredCompletion, TokenSample
 
 DB_NAME = "draftgen.sqlite"
+REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
 LOCK_NAME = "draftgen.lock"
 
 SCHEMA = """
@@ -52,7 +53,9 @@ CREATE TABLE IF NOT EXISTS completions (
     attempts INTEGER NOT NULL,
     errors TEXT,
     latency REAL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    endpoint TEXT,
+    endpoint_latency REAL
 );
 CREATE TABLE IF NOT EXISTS failures (
     key TEXT PRIMARY KEY,
@@ -83,15 +86,24 @@ CREATE TABLE IF NOT EXISTS logprob_tokens (
     key TEXT PRIMARY KEY,
     token_bytes BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS endpoint_events (
+    endpoint TEXT NOT NULL,
+    event TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
 
 INSERT_COMPLETION = """
 INSERT OR IGNORE INTO completions (key, source_id, turn, request, generation_id, provider, model,
     reasoning, content, tool_calls, finish_reason, native_finish_reason, prompt_tokens,
     completion_tokens, reasoning_tokens, cost, usage, raw_message, attempts, errors, latency,
-    created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    created_at, endpoint, endpoint_latency)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+INSERT_ENDPOINT_EVENT = (
+    "INSERT INTO endpoint_events (endpoint, event, detail, at) VALUES (?, ?, ?, ?)"
+)
 INSERT_FAILURE = """
 INSERT OR REPLACE INTO failures (key, source_id, turn, reason, attempts, errors, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -190,6 +202,17 @@ class Store:
                 "SELECT key, content, finish_reason FROM completions"
             )
         }
+
+    def stored_finishes(self) -> Iterator[tuple[str, str | None]]:
+        """(key, finish_reason) of every stored completion, streamed: what a resume skips."""
+        yield from self.db.execute("SELECT key, finish_reason FROM completions")
+
+    def answer(self, key: str) -> tuple[str, str | None] | None:
+        """(content, finish_reason) of the completion stored under ``key``, or None."""
+        row = self.db.execute(
+            "SELECT content, finish_reason FROM completions WHERE key = ?", (key,)
+        ).fetchone()
+        return None if row is None else (row[0] or "", row[1])
 
     def completions(self, without_sample: bool = False) -> Iterator[StoredCompletion]:
         sql = SELECT_COMPLETIONS
@@ -303,7 +326,7 @@ class Store:
         """
         if not include_unverified:
             sql += " WHERE s.verified = 1 AND s.truncated = 0"
-        for row in self.db.execute(sql + " ORDER BY c.source_id, c.turn"):
+        for row in self.db.execute(sql + " ORDER BY c.source_id, c.turn, c.key"):
             (
                 key,
                 source_id,
@@ -350,7 +373,7 @@ class Store:
         )
         if not include_unverified:
             sql += " WHERE s.verified = 1 AND s.truncated = 0"
-        cursor = self.db.execute(sql + " ORDER BY c.source_id, c.turn")
+        cursor = self.db.execute(sql + " ORDER BY c.source_id, c.turn, c.key")
         names = [d[0] for d in cursor.description]
         for values in cursor:
             row = dict(zip(names, values, strict=True))
@@ -368,7 +391,8 @@ class Store:
             "SELECT c.key, c.provider, c.finish_reason, c.prompt_tokens, c.completion_tokens,"
             " c.reasoning_tokens, c.cost, c.latency, c.created_at, c.attempts, c.errors,"
             " s.prompt_len, length(s.input_ids) / 4 AS sample_len, s.verified, s.truncated,"
-            " s.reason FROM completions c LEFT JOIN samples s ON s.key = c.key"
+            " s.reason, c.endpoint, c.endpoint_latency"
+            " FROM completions c LEFT JOIN samples s ON s.key = c.key"
             " ORDER BY c.created_at"
         )
         names = [d[0] for d in cursor.description]
@@ -425,7 +449,63 @@ class Store:
                 "SELECT count(*) FROM completions WHERE key NOT IN (SELECT key FROM samples)"
             )[0],
             "exactness": self.exactness(),
+            "endpoints": self.endpoint_figures(),
         }
+
+    def endpoint_figures(self) -> dict[str, dict]:
+        """Per endpoint (base URL): attempts sent, completions served, failed attempts by kind,
+        ejections and readmissions, mean latency of the serving attempt, tokens. Stores from
+        before endpoints were recorded have none."""
+        figures: dict[str, dict] = {}
+
+        def entry(endpoint: str) -> dict:
+            return figures.setdefault(
+                endpoint,
+                {
+                    "requests": 0,
+                    "completions": 0,
+                    "errors": 0,
+                    "error_kinds": {},
+                    "ejections": 0,
+                    "readmissions": 0,
+                    "removed": False,
+                    "latency_mean": None,
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                },
+            )
+
+        for endpoint, served, latency, prompt, completion in self.db.execute(
+            "SELECT endpoint, count(*), avg(endpoint_latency), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0) FROM completions WHERE endpoint IS NOT NULL"
+            " GROUP BY endpoint"
+        ):
+            row = entry(endpoint)
+            row.update(completions=served, prompt_tokens=prompt, completion_tokens=completion)
+            row["latency_mean"] = round(latency, 4) if latency is not None else None
+        for endpoint, kind, count in self.db.execute(
+            "SELECT json_extract(e.value, '$.endpoint') AS endpoint, json_extract(e.value,"
+            " '$.kind'), count(*) FROM (SELECT errors FROM completions WHERE errors IS NOT NULL"
+            " UNION ALL SELECT errors FROM failures WHERE errors IS NOT NULL) AS t,"
+            " json_each(t.errors) AS e WHERE endpoint IS NOT NULL GROUP BY 1, 2"
+        ):
+            row = entry(endpoint)
+            row["errors"] += count
+            row["error_kinds"][kind or "unknown"] = count
+        for endpoint, event, count in self.db.execute(
+            "SELECT endpoint, event, count(*) FROM endpoint_events GROUP BY 1, 2"
+        ):
+            row = entry(endpoint)
+            if event == "ejected":
+                row["ejections"] = count
+            elif event == "readmitted":
+                row["readmissions"] = count
+            elif event == "removed":
+                row["removed"] = True
+        for row in figures.values():
+            row["requests"] = row["completions"] + row["errors"]
+            row["error_kinds"] = dict(sorted(row["error_kinds"].items(), key=lambda i: -i[1]))
+        return dict(sorted(figures.items(), key=lambda item: (-item[1]["requests"], item[0])))
 
     def exactness(self) -> dict:
         """Per id source (server | logprobs | text): samples, verified; and, where the server
@@ -526,6 +606,8 @@ class CompletionWriter:
             _json_or_none(errors),
             latency,
             time.time(),
+            completion.endpoint,
+            completion.endpoint_latency,
         )
         statements = [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
         if completion.prompt_token_ids is not None and completion.completion_token_ids is not None:
@@ -545,6 +627,12 @@ class CompletionWriter:
     ) -> None:
         row = (key, source_id, turn, reason, attempts, _json_or_none(errors), time.time())
         await self._submit([(INSERT_FAILURE, row)])
+
+    def note_endpoint_event(self, endpoint: str, event: str, detail: str) -> None:
+        """Queue an endpoint's ejection, readmission or removal; not awaited, since the router
+        that reports it runs in no coroutine of its own (a lost event costs only a figure)."""
+        row = (endpoint, event, detail[:500], time.time())
+        self._queue.put(([(INSERT_ENDPOINT_EVENT, row)], concurrent.futures.Future()))
 
     async def _submit(self, statements: list) -> None:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -646,6 +734,10 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(samples)")}
     if "text_check" not in columns:
         db.execute("ALTER TABLE samples ADD COLUMN text_check TEXT NOT NULL DEFAULT ''")
+    columns = {row[1] for row in db.execute("PRAGMA table_info(completions)")}
+    for name, kind in (("endpoint", "TEXT"), ("endpoint_latency", "REAL")):
+        if name not in columns:  # stores from before several endpoints: NULL, "not recorded"
+            db.execute(f"ALTER TABLE completions ADD COLUMN {name} {kind}")
 
 
 def _json_or_none(value: object) -> str | None:

@@ -91,6 +91,8 @@ class SimConfig:
     completion_price: float = 0.0000025  # dollars (credits) per completion token
     dialect: str = "openrouter"  # one of DIALECTS
     tool_call_rate: float = 0.5  # chance the model calls a tool when the request has ``tools``
+    # An endpoint going down: chat requests after the N-th, and GET /models, answer HTTP 500.
+    fail_after: int | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first setting that cannot work."""

@@ -403,7 +403,16 @@ class Simulator:
         self.stats["bad_request"] += 1
         return self._json(400, wire.error_body(400, message, "invalid_request"))
 
+    def _down(self, requests: int) -> bool:
+        """Whether the ``fail_after`` outage has begun (``requests`` chat requests so far)."""
+        down = self.config.fail_after is not None and requests > self.config.fail_after
+        if down:
+            self.stats["outage"] += 1
+        return down
+
     async def handle_models(self, request: web.Request) -> web.Response:
+        if self._down(self.stats["requests"]):
+            return self._json(500, wire.error_body(500, "simulated outage", "server_error"))
         now = int(time.time())
         data = [
             {
@@ -504,6 +513,8 @@ class Simulator:
 
     async def handle_chat(self, request: web.Request) -> web.StreamResponse:
         self.stats["requests"] += 1
+        if self._down(self.stats["requests"]):
+            return self._json(500, wire.error_body(500, "simulated outage", "server_error"))
         if not self._authorized(request):
             return self._unauthorized()
         try:

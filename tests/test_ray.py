@@ -1,0 +1,53 @@
+"""draftgen run --ray N on a local Ray: shard tasks merged export what an unsharded run does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SimProcess, draftgen, export_all, read_jsonl, run_args, write_prompts
+
+pytest.importorskip("ray")
+
+TOKENIZER = "fixture:kimi-k2.5"
+
+
+def without_generation_ids(path):
+    """Export lines without generation_id, which the simulator draws at random per generation."""
+    rows = read_jsonl(path)
+    for row in rows:
+        row.pop("generation_id")
+    return [json.dumps(row, ensure_ascii=False) for row in rows]
+
+
+@pytest.mark.slow
+def test_ray_shards_merged_equal_an_unsharded_run(tmp_path):
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 20)
+    whole_sim = SimProcess(tmp_path, TOKENIZER, [("server_error", 0.05)])
+    ray_sim = SimProcess(tmp_path, TOKENIZER, [("server_error", 0.05)])
+    try:
+        whole, on_ray = tmp_path / "whole", tmp_path / "ray"
+        flags = ("--concurrency", "1")  # answers depend on request order per prompt (see there)
+        result = draftgen(*run_args(whole_sim, [prompts], whole, TOKENIZER, *flags))
+        assert result.returncode == 0, result.stderr
+        ray_flags = (*flags, "--ray", "2")
+        result = draftgen(
+            *run_args(ray_sim, [prompts], on_ray, TOKENIZER, *ray_flags),
+            env_extra={"RAY_USAGE_STATS_ENABLED": "0"},
+        )
+        assert result.returncode == 0, result.stderr
+        shard_keys = []
+        for index in range(2):
+            shard = on_ray / "shards" / str(index)
+            assert json.loads(draftgen("status", str(shard), "--json").stdout)["completions"]
+            shard_keys.append(read_jsonl(export_all(shard, tmp_path / f"s{index}.jsonl")))
+        ids = [{row["id"] for row in rows} for rows in shard_keys]
+        assert ids[0] and ids[1] and not ids[0] & ids[1]
+        expected = without_generation_ids(export_all(whole, tmp_path / "whole.jsonl"))
+        assert without_generation_ids(export_all(on_ray, tmp_path / "ray.jsonl")) == expected
+        assert sorted((on_ray / "rejected.jsonl").read_text().splitlines()) == sorted(
+            (whole / "rejected.jsonl").read_text().splitlines()
+        )
+    finally:
+        whole_sim.stop()
+        ray_sim.stop()

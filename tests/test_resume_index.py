@@ -1,0 +1,137 @@
+"""What a run keeps per row and per stored turn: compact indexes instead of every id and answer.
+
+Duplicate ids are found in a temporary SQLite table, stored turns are an index of key ints whose
+content is read only for the history a later turn needs, and a resume with the same tokenizer
+takes the profile detected before instead of loading the tokenizer ahead of its first request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+
+import pytest
+from conftest import write_prompts
+
+from draftgen import pipeline
+from draftgen.ingest import read_conversations
+from draftgen.pipeline import (
+    RunOptions,
+    SourceIds,
+    StoredTurns,
+    resolve_profile,
+    run,
+    run_profile,
+)
+from draftgen.plan import plan_turns
+from draftgen.reconstruct import COMPLETE_FINISH_REASONS
+from draftgen.simulator import SimConfig, SimulatorThread
+from draftgen.store import Store, StoreError
+from draftgen.tokenizer import load_tokenizer
+
+TOKENIZER = "fixture:kimi-k2.5"
+
+
+def test_a_reused_id_is_rejected_only_for_another_conversation(tmp_path):
+    rows = [
+        {"id": "a", "messages": [{"role": "user", "content": "one"}]},
+        {"id": "b", "messages": [{"role": "user", "content": "two"}]},
+        {"id": "a", "messages": [{"role": "user", "content": "one"}]},  # an exact duplicate
+        {"id": "a", "messages": [{"role": "user", "content": "three"}]},
+        {"id": "b", "messages": [{"role": "user", "content": "two"}]},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    seen = SourceIds()
+    conversations = list(read_conversations([str(path)]))
+    problems = [seen.duplicate_problem(c, plan_turns(c)) for c in conversations]
+    seen.close()
+    assert problems == [
+        None,
+        None,
+        None,
+        f"id 'a' is already used by line 1 of {conversations[0].input} for a different "
+        "conversation; give each row a unique id",
+        None,
+    ]
+
+
+@pytest.fixture
+def finished_run(tmp_path, monkeypatch):
+    """A run over single- and two-turn rows against a fault-free simulator, and its options."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", "test")
+    config = SimConfig(tokenizer=TOKENIZER, seed=5, max_tokens=60)
+    sim = SimulatorThread(config).__enter__()
+    options = RunOptions(
+        inputs=[str(write_prompts(tmp_path / "p.jsonl", 30, invalid=False))],
+        model="m",
+        tokenizer=TOKENIZER,
+        out=tmp_path / "run",
+        base_url=sim.base_url,
+        concurrency=8,
+        max_tokens=60,
+        progress_interval=1000,
+    )
+    asyncio.run(run(options))
+    yield options, sim
+    sim.__exit__(None, None, None)
+
+
+def test_stored_turns_index_every_completion_and_read_content_on_demand(finished_run):
+    options, _ = finished_run
+    with Store(options.out) as store:
+        rows = store.db.execute("SELECT key, content, finish_reason FROM completions").fetchall()
+        assert len(rows) > 20
+        stored = StoredTurns(store)
+        for key, content, finish in rows:
+            assert key in stored
+            assert stored.complete(key) == (finish in COMPLETE_FINISH_REASONS)
+            assert stored.content(key) == (content or "")
+        missing = "0" * 32
+        assert missing not in stored and not stored.complete(missing)
+        stored.add("not-a-hex-key", complete=False)
+        assert "not-a-hex-key" in stored and not stored.complete("not-a-hex-key")
+        with pytest.raises(StoreError, match="not-a-hex-key is indexed as stored but missing"):
+            stored.content("not-a-hex-key")
+
+
+def test_resume_sends_the_stored_answer_as_the_next_turns_history(finished_run):
+    options, sim = finished_run
+    db = sqlite3.connect(options.out / "draftgen.sqlite")
+    first_turns = dict(db.execute("SELECT source_id, content FROM completions WHERE turn = 0"))
+    later = db.execute("SELECT key, source_id FROM completions WHERE turn = 1").fetchall()
+    assert len(later) >= 3
+    with db:
+        db.executemany("DELETE FROM completions WHERE key = ?", [(key,) for key, _ in later])
+        db.executemany("DELETE FROM samples WHERE key = ?", [(key,) for key, _ in later])
+    db.close()
+    served = len(sim.truth)
+    summary = asyncio.run(run(options))
+    # Only the deleted second turns were bought again, each after its stored first turn.
+    assert len(sim.truth) - served == len(later)
+    assert summary.progress.turns_reused > 0
+    db = sqlite3.connect(options.out / "draftgen.sqlite")
+    for key, source_id in later:
+        (request,) = db.execute("SELECT request FROM completions WHERE key = ?", (key,)).fetchone()
+        messages = json.loads(request)["messages"]
+        assert messages[-2] == {"role": "assistant", "content": first_turns[source_id]}
+    db.close()
+
+
+def test_resume_takes_the_detected_profile_without_loading_the_tokenizer(finished_run, monkeypatch):
+    options, _ = finished_run
+    expected = resolve_profile(load_tokenizer(TOKENIZER), None)
+
+    def refuse(spec):
+        raise AssertionError(f"the tokenizer {spec} was loaded")
+
+    monkeypatch.setattr(pipeline, "load_tokenizer", refuse)
+    assert run_profile(options) == expected
+    other = RunOptions(**{**options.__dict__, "tokenizer": "fixture:qwen3"})
+    with pytest.raises(AssertionError, match="the tokenizer fixture:qwen3 was loaded"):
+        run_profile(other)
+    # A backend sent prompt ids renders the first prompt itself: the tokenizer is loaded first.
+    native = RunOptions(**{**options.__dict__, "backend": "sglang-generate"})
+    with pytest.raises(AssertionError, match=f"the tokenizer {TOKENIZER} was loaded"):
+        run_profile(native)
