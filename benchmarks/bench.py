@@ -190,6 +190,10 @@ def draftgen_pipeline(
         ],
         env=env,
     )
+    log(
+        f"  draftgen run {run.wall:.2f} s wall {run.cpu:.2f} s cpu; export {export.wall:.2f} s "
+        f"wall {export.cpu:.2f} s cpu"
+    )
     total = run + export
     total.name = "draftgen run+export"
     return total

@@ -62,6 +62,7 @@ def read_prompts(path: Path):
 
 def prompt_token_counts(path: Path, count: int) -> array:
     """The rendered-prompt length of every prompt, so the server's usage.prompt_tokens is right."""
+    from draftgen.reconstruct_batch import batch_encoder
     from draftgen.tokenizer import load_tokenizer, render_prompt
 
     tokenizer = load_tokenizer(TOKENIZER)
@@ -72,12 +73,12 @@ def prompt_token_counts(path: Path, count: int) -> array:
         if len(batch) >= 4096:
             counts.extend(
                 len(e.ids)
-                for e in tokenizer._tokenizer.encode_batch(batch, add_special_tokens=False)
+                for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
             )
             batch = []
     if batch:
         counts.extend(
-            len(e.ids) for e in tokenizer._tokenizer.encode_batch(batch, add_special_tokens=False)
+            len(e.ids) for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
         )
     assert len(counts) == count, (len(counts), count)
     return counts

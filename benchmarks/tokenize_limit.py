@@ -1,6 +1,6 @@
 """The machine's tokenizer limit: batch-encode every prompt and answer text on all cores.
 
-The Rust tokenizer releases the GIL in ``encode_batch`` and spreads the batch over every core;
+The Rust tokenizer releases the GIL in ``encode_batch(_fast)`` and spreads the batch over every core;
 this is the least tokenization work any exact-ids pipeline has to do.
 """
 
@@ -17,6 +17,7 @@ def main() -> None:
     parser.add_argument("--input", required=True)
     parser.add_argument("--answers", required=True)
     args = parser.parse_args()
+    from draftgen.reconstruct_batch import batch_encoder
     from draftgen.tokenizer import load_tokenizer, render_prompt
 
     tokenizer = load_tokenizer(TOKENIZER)
@@ -31,12 +32,12 @@ def main() -> None:
         if len(batch) >= 512:
             encoded += sum(
                 len(e.ids)
-                for e in tokenizer._tokenizer.encode_batch(batch, add_special_tokens=False)
+                for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
             )
             batch = []
     if batch:
         encoded += sum(
-            len(e.ids) for e in tokenizer._tokenizer.encode_batch(batch, add_special_tokens=False)
+            len(e.ids) for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
         )
     print(encoded)
 

@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from draftgen.records import Completion, TokenSample
 from draftgen.store import CompletionWriter, RunLock, Store, StoreError
@@ -94,3 +97,34 @@ def test_samples_round_trip_and_export_filter(tmp_path):
     )
     assert [r["input_ids"] for r in store.export_rows(False)] == [[5, 6, 163586]]
     assert [r["verified"] for r in store.export_rows(True)] == [True, False]
+
+
+_texts = st.text(min_size=0, max_size=120)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | _texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_texts, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    reasoning=st.one_of(st.none(), _texts),
+    content=st.one_of(st.none(), _texts),
+    extra=st.dictionaries(_texts, _json_values, max_size=4),
+)
+def test_a_raw_message_comes_back_as_sent_while_its_texts_are_stored_once(
+    reasoning, content, extra
+):
+    from draftgen.store import pack_message, unpack_message
+
+    message = {**extra, "content": content, "reasoning": reasoning}
+    if reasoning:
+        message["reasoning_details"] = [{"type": "reasoning.text", "text": reasoning}]
+    completion = Completion(None, None, None, reasoning, content, None, "stop", None)
+    completion.raw_message = message
+    stored = orjson.dumps(pack_message(completion)).decode()
+    assert unpack_message(stored, reasoning, content) == message
+    for text in (reasoning, content):
+        if text and len(text) >= 64 and text not in orjson.dumps(extra).decode():
+            assert orjson.dumps(text).decode() not in stored  # kept in its column only

@@ -469,6 +469,10 @@ async def _generate(
     async def next_chain() -> list[TurnPlan] | None:
         if stop.is_set():
             return None
+        try:
+            return queue.get_nowait()  # the common case: no tasks to race against the stop
+        except asyncio.QueueEmpty:
+            pass
         getter = asyncio.ensure_future(queue.get())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait((getter, stopped), return_when=asyncio.FIRST_COMPLETED)

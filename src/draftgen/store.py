@@ -601,7 +601,7 @@ class CompletionWriter:
             completion.reasoning_tokens,
             completion.cost,
             _json_or_none(completion.usage),
-            _json_or_none(completion.raw_message),
+            _json_or_none(pack_message(completion)),
             attempts,
             _json_or_none(errors),
             latency,
@@ -702,7 +702,7 @@ def _stored_completion(row: dict) -> StoredCompletion:
         finish_reason=row["finish_reason"],
         native_finish_reason=row["native_finish_reason"],
         usage=orjson.loads(row["usage"]) if row["usage"] else {},
-        raw_message=orjson.loads(row["raw_message"]) if row["raw_message"] else {},
+        raw_message=unpack_message(row["raw_message"], row["reasoning"], row["content"]),
         prompt_token_ids=_ids_or_none(row.get("server_prompt_ids")),
         completion_token_ids=_ids_or_none(row.get("server_completion_ids")),
         logprob_bytes=(
@@ -738,6 +738,58 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for name, kind in (("endpoint", "TEXT"), ("endpoint_latency", "REAL")):
         if name not in columns:  # stores from before several endpoints: NULL, "not recorded"
             db.execute(f"ALTER TABLE completions ADD COLUMN {name} {kind}")
+
+
+# In a stored raw message, a text that is the completion's reasoning or content (OpenRouter sends
+# the reasoning twice: ``reasoning`` and ``reasoning_details[].text``) is this one-key object
+# naming the column that holds it, so the store keeps each text once.
+SAME_AS = "\u0000same_as"
+_SAME_AS_JSON = orjson.dumps(SAME_AS).decode()  # the key as it appears in the stored text
+_SHARED_MIN = 64  # shorter texts are cheaper to keep than to point at
+
+
+def pack_message(completion: Completion) -> object:
+    """``completion.raw_message`` with its copies of the reasoning and content made references."""
+    columns = {
+        text: name
+        for name, text in (("content", completion.content), ("reasoning", completion.reasoning))
+        if text and len(text) >= _SHARED_MIN
+    }
+    if not columns:
+        return completion.raw_message
+
+    def pack(value: object) -> object:
+        if isinstance(value, str):
+            name = columns.get(value)
+            return {SAME_AS: name} if name else value
+        if isinstance(value, dict):
+            return {k: pack(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [pack(v) for v in value]
+        return value
+
+    return pack(completion.raw_message)
+
+
+def unpack_message(text: str | None, reasoning: str | None, content: str | None) -> dict:
+    """The raw message as the API sent it, from what ``pack_message`` stored."""
+    if not text:
+        return {}
+    message = orjson.loads(text)
+    if _SAME_AS_JSON not in text:
+        return message
+    columns = {"reasoning": reasoning, "content": content}
+
+    def unpack(value: object) -> object:
+        if isinstance(value, dict):
+            if len(value) == 1 and SAME_AS in value:
+                return columns[value[SAME_AS]]
+            return {k: unpack(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [unpack(v) for v in value]
+        return value
+
+    return unpack(message)
 
 
 def _json_or_none(value: object) -> str | None:
