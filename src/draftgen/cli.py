@@ -504,31 +504,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from draftgen.pipeline import RunOptions, run
 
     args = _resolved(args, "run")
-    options = RunOptions(
-        inputs=args.input or [],
-        model=args.model,
-        tokenizer=args.tokenizer,
-        out=args.out,
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-        concurrency=args.concurrency,
-        stream=args.stream,
-        max_tokens=args.max_tokens,
-        profile=args.profile,
-        idle_timeout=args.idle_timeout,
-        max_attempts=args.max_attempts,
-        retry_base_delay=args.retry_base_delay,
-        allow_insecure_http=args.allow_insecure_http,
-        backend=args.backend,
-        logprobs=args.logprobs,
-        max_cost=args.max_cost,
-        max_retries=args.max_retries,
-        shutdown_grace=args.shutdown_grace,
-        endpoint_concurrency=args.endpoint_concurrency,
-        endpoints=args.endpoints,
-        shard=args.shard,
-        **_settings_options(args),
-    )
+    options = _options(RunOptions, args)
     if args.base_url is None and not args.endpoints:
         print(
             "draftgen: no --base-url given, so the built-in simulator answers: the data is "
@@ -554,20 +530,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings_options(args: argparse.Namespace) -> dict:
-    """The RunOptions fields of the mix, sampling and OpenRouter settings (run and estimate)."""
-    return {
-        "datasets": args.datasets,
-        "limit": args.limit,
-        "samples": args.samples,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "seed": args.seed,
-        "reasoning_effort": args.reasoning_effort,
-        "reasoning_max_tokens": args.reasoning_max_tokens,
-        "provider": args.provider,
-        "input_format": args.input_format,
+def _options(cls: type, args: argparse.Namespace, **given: object):
+    """``cls`` (RunOptions or a subclass) from the resolved flags named like its fields."""
+    import dataclasses
+
+    values = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)
     }
+    values["inputs"] = args.input or []
+    return cls(**{**values, **given})
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -600,27 +571,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from draftgen.estimate import EstimateOptions, estimate, format_estimate
 
     args = _resolved(args, "estimate")
-    options = EstimateOptions(
-        inputs=args.input or [],
-        model=args.model,
-        tokenizer=args.tokenizer,
-        base_url=args.base_url or [e.url for e in args.endpoints or []] or None,
-        api_key_env=args.api_key_env,
-        concurrency=args.concurrency,
-        stream=args.stream,
-        max_tokens=args.max_tokens,
-        profile=args.profile,
-        idle_timeout=args.idle_timeout,
-        max_attempts=args.max_attempts,
-        retry_base_delay=args.retry_base_delay,
-        allow_insecure_http=args.allow_insecure_http,
-        backend=args.backend,
-        pilot=args.pilot,
-        price_in=args.price_in,
-        price_out=args.price_out,
-        tokens_per_second=args.tokens_per_second,
-        **_settings_options(args),
-    )
+    # The pilot and the price listing go to the first endpoint of a fleet.
+    first = args.base_url or [e.url for e in args.endpoints or []] or None
+    options = _options(EstimateOptions, args, base_url=first, endpoints=None)
     result = asyncio.run(estimate(options))
     if args.json:
         print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
