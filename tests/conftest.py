@@ -220,3 +220,15 @@ def check_against_truth(out, sim, export_path, allow_failures=False):
             assert not row["verified"], record["quirks"]
             flagged += 1
     return exact, flagged, rows
+
+
+async def start_app(app) -> tuple:
+    """Serve an aiohttp ``app`` on a free loopback port: (runner to clean up, base URL .../v1)."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}/v1"

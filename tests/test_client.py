@@ -8,6 +8,7 @@ import time
 import orjson
 import pytest
 from aiohttp import web
+from conftest import start_app
 
 from draftgen.client import (
     AdaptiveLimiter,
@@ -35,12 +36,8 @@ async def serve(script):
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}/v1", seen
+    runner, base_url = await start_app(app)
+    return runner, base_url, seen
 
 
 def reply(status=200, body=OK, headers=None):

@@ -10,7 +10,15 @@ import sqlite3
 import orjson
 import pytest
 from aiohttp import web
-from conftest import SimProcess, check_against_truth, draftgen, export_all, run_args, write_prompts
+from conftest import (
+    SimProcess,
+    check_against_truth,
+    draftgen,
+    export_all,
+    run_args,
+    start_app,
+    write_prompts,
+)
 
 from draftgen.backends.openrouter import ApiError
 from draftgen.cli import build_parser, format_status
@@ -257,12 +265,8 @@ async def serve(status: int):
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}/v1", seen
+    runner, base_url = await start_app(app)
+    return runner, base_url, seen
 
 
 def test_client_routes_around_a_failing_endpoint_and_records_where():
