@@ -341,7 +341,7 @@ def test_an_old_store_gains_the_endpoint_columns_and_keeps_its_rows(tmp_path):
     db.commit()
     db.close()
     with Store(tmp_path) as store:
-        assert store.answers() == {"k": ("old answer", None)}
+        assert store.answer("k") == ("old answer", None)
         columns = {row[1] for row in store.db.execute("PRAGMA table_info(completions)")}
         assert {"endpoint", "endpoint_latency"} <= columns
         assert store.endpoint_figures() == {}  # nothing recorded, nothing made up

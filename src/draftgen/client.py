@@ -25,7 +25,14 @@ from draftgen.backends.openrouter import (
     parse_completion,
 )
 from draftgen.budget import SpendGuard
-from draftgen.endpoints import Endpoint, EndpointsDown, EndpointSpec, HealthPolicy, Router
+from draftgen.endpoints import (
+    Endpoint,
+    EndpointsDown,
+    EndpointSpec,
+    HealthPolicy,
+    Router,
+    endpoint_specs,
+)
 from draftgen.logs import add_secret
 from draftgen.records import Completion
 
@@ -144,12 +151,6 @@ class AdaptiveLimiter:
                 free -= 1
 
 
-def endpoint_specs(base_url: str | Sequence[str | EndpointSpec]) -> list[EndpointSpec]:
-    """One base URL, or several (strings or ``EndpointSpec``), as endpoint specs."""
-    items = [base_url] if isinstance(base_url, str) else list(base_url)
-    return [item if isinstance(item, EndpointSpec) else EndpointSpec(item) for item in items]
-
-
 class ChatClient:
     """POSTs chat completion bodies to one OpenAI-compatible endpoint, or routes them over
     several (``draftgen.endpoints``): least outstanding first, unhealthy ones ejected."""
@@ -184,7 +185,6 @@ class ChatClient:
             probe=self._probe,
             on_event=on_endpoint_event,
         )
-        self.url = self.router.endpoints[0].url + self._path
         self._api_key = api_key
         self.retry = retry or RetryPolicy()
         self.stats = ClientStats()
@@ -252,13 +252,14 @@ class ChatClient:
                 self.router.succeeded(endpoint)
                 completion.endpoint = endpoint.label
                 completion.endpoint_latency = time.monotonic() - started
-                _log.debug(
-                    "attempt %d on %s: completion in %.3f s",
-                    attempt,
-                    endpoint.label,
-                    completion.endpoint_latency,
-                    extra={"endpoint": endpoint.label, "attempt": attempt},
-                )
+                if _log.isEnabledFor(logging.DEBUG):  # every request passes here: build no extra
+                    _log.debug(
+                        "attempt %d on %s: completion in %.3f s",
+                        attempt,
+                        endpoint.label,
+                        completion.endpoint_latency,
+                        extra={"endpoint": endpoint.label, "attempt": attempt},
+                    )
                 return completion, errors
             finally:
                 self.router.release(endpoint)

@@ -37,6 +37,12 @@ class EndpointSpec:
     concurrency: int | None = None
 
 
+def endpoint_specs(base_url: str | Sequence[str | EndpointSpec]) -> list[EndpointSpec]:
+    """One base URL, or several (strings or ``EndpointSpec``), as endpoint specs."""
+    items = [base_url] if isinstance(base_url, str) else list(base_url)
+    return [item if isinstance(item, EndpointSpec) else EndpointSpec(item) for item in items]
+
+
 @dataclass(frozen=True)
 class HealthPolicy:
     """When an endpoint is ejected, how it is probed, and how long a run waits with all down."""

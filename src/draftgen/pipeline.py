@@ -27,7 +27,7 @@ from draftgen.backends import Backend, UnknownBackendError, get_backend
 from draftgen.backends.openrouter import provider_problem
 from draftgen.budget import BudgetReached, SpendGuard
 from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy, RunStopped
-from draftgen.endpoints import EndpointSpec, HealthPolicy, endpoint_label
+from draftgen.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
 from draftgen.ingest import Conversation, Rejection
 from draftgen.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
 from draftgen.native_turn import native_turns
@@ -133,8 +133,7 @@ def run_endpoints(options: RunOptions) -> list[EndpointSpec] | None:
     if options.endpoints:
         specs = list(options.endpoints)
     elif options.base_url:
-        urls = [options.base_url] if isinstance(options.base_url, str) else options.base_url
-        specs = [EndpointSpec(url) for url in urls]
+        specs = endpoint_specs(options.base_url)
     else:
         return None
     seen: set[str] = set()

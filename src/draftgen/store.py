@@ -194,15 +194,6 @@ class Store:
 
     # -- completions ----------------------------------------------------------------------------
 
-    def answers(self) -> dict[str, tuple[str, str | None]]:
-        """key -> (content, finish_reason) of every stored completion, for planning a resume."""
-        return {
-            key: (content or "", finish)
-            for key, content, finish in self.db.execute(
-                "SELECT key, content, finish_reason FROM completions"
-            )
-        }
-
     def stored_finishes(self) -> Iterator[tuple[str, str | None]]:
         """(key, finish_reason) of every stored completion, streamed: what a resume skips."""
         yield from self.db.execute("SELECT key, finish_reason FROM completions")
