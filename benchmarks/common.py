@@ -63,7 +63,8 @@ def read_prompts(path: Path):
 def prompt_token_counts(path: Path, count: int) -> array:
     """The rendered-prompt length of every prompt, so the server's usage.prompt_tokens is right."""
     from draftgen.reconstruct_batch import batch_encoder
-    from draftgen.tokenizer import load_tokenizer, render_prompt
+    from draftgen.rendering import render_prompt
+    from draftgen.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER)
     counts = array("i")

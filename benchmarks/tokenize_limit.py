@@ -18,7 +18,8 @@ def main() -> None:
     parser.add_argument("--answers", required=True)
     args = parser.parse_args()
     from draftgen.reconstruct_batch import batch_encoder
-    from draftgen.tokenizer import load_tokenizer, render_prompt
+    from draftgen.rendering import render_prompt
+    from draftgen.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER)
     with open(args.answers, "rb") as handle:

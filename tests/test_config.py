@@ -100,7 +100,8 @@ def test_flags_override_the_file_and_defaults_fill_the_rest(tmp_path):
         "--no-stream",
     )
     assert (args.model, args.concurrency, args.max_tokens, args.stream) == ("m", 4, 50, False)
-    assert args.idle_timeout == 300.0 and args.samples == 1 and args.temperature is None
+    assert args.idle_timeout == 300.0 and args.completions_per_turn == 1
+    assert args.temperature is None
     assert args.input == [str(tmp_path / "a.jsonl")]  # relative to the file, not the cwd
     over = merged(tmp_path, 'input = ["a.jsonl"]\n', "--input", "b.jsonl")
     assert over.input == ["b.jsonl"]  # a list flag replaces the file's list
@@ -246,7 +247,7 @@ def test_samples_are_separate_stored_samples_and_resume(tmp_path, monkeypatch, c
     db = sqlite3.connect(tmp_path / "out" / "draftgen.sqlite")
     first = dict(db.execute("SELECT key, source_id FROM completions"))
     assert sorted(first.values()) == ["r0", "r1", "r2"]
-    assert cli.main([*base, "--samples", "3"]) == 0
+    assert cli.main([*base, "--completions-per-turn", "3"]) == 0
     rows = db.execute("SELECT key, source_id, request FROM completions").fetchall()
     assert sorted(r[1] for r in rows) == sorted(
         f"r{i}{suffix}" for i in range(3) for suffix in ("", "#1", "#2")

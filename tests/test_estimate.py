@@ -11,6 +11,7 @@ import pytest
 
 from draftgen import cli
 from draftgen.estimate import EstimateError, EstimateOptions, estimate
+from draftgen.rendering import render_prompt
 from draftgen.simulator import SimConfig, SimulatorThread
 
 TOKENIZER = "fixture:kimi-k2.5"
@@ -58,7 +59,8 @@ def test_prompt_tokens_equal_what_the_server_counts(tmp_path, sim, monkeypatch):
     out = tmp_path / "run"
     argv = ["run", "--no-config", "--model", MODEL, "--tokenizer", TOKENIZER]
     argv += ["--input", str(inputs[0]), "--out", str(out), "--base-url", sim.base_url]
-    argv += ["--api-key-env", "DRAFTGEN_TEST_KEY", "--retry-base-delay", "0.01", "--samples", "2"]
+    argv += ["--api-key-env", "DRAFTGEN_TEST_KEY", "--retry-base-delay", "0.01"]
+    argv += ["--completions-per-turn", "2"]
     assert cli.main(argv) == 0
     db = sqlite3.connect(out / "draftgen.sqlite")
     billed = db.execute("SELECT sum(prompt_tokens), count(*) FROM completions").fetchone()
@@ -127,7 +129,7 @@ def test_multi_turn_rows_count_each_regenerated_turn(tmp_path):
     result = asyncio.run(estimate(options(tmp_path, [path])))
     tokenizer = tok.load_tokenizer(TOKENIZER)
     expected = sum(
-        len(tok.encode(tokenizer, tok.render_prompt(tokenizer, prefix, None)))
+        len(tok.encode(tokenizer, render_prompt(tokenizer, prefix, None)))
         for prefix in (messages[:1], messages)
     )
     assert (result.turns, result.prompt_tokens) == (2, expected)
@@ -141,7 +143,7 @@ def test_estimate_command_shares_runs_config_and_flags(tmp_path, monkeypatch, ca
         '[[datasets]]\npath = "p.jsonl"\nname = "p"\n'
         "[estimate]\nprice_in = 2.0\nprice_out = 8.0\n"
     )
-    assert cli.main(["estimate", "--json", "--samples", "3"]) == 0
+    assert cli.main(["estimate", "--json", "--completions-per-turn", "3"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert (printed["requests"], printed["output_high"], printed["price_source"]) == (
         15,

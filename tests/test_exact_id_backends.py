@@ -642,7 +642,7 @@ def test_native_turns_stop_at_every_end_of_turn_of_the_family(fixture, stops):
     from draftgen.native_turn import native_turns
 
     turns = native_turns(f"fixture:{fixture}", None)
-    prompt = turns.prompt([{"role": "user", "content": "hi"}], None)
+    prompt = turns.prompt(turns.renderer.render([{"role": "user", "content": "hi"}], None))
     assert prompt.stop_ids == [tok.encode(turns.tokenizer, text)[0] for text in stops]
 
 

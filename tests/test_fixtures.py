@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from draftgen.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3, detect_profile
-from draftgen.tokenizer import decode, encode, load_tokenizer, render_prompt
+from draftgen.rendering import render_prompt
+from draftgen.tokenizer import decode, encode, load_tokenizer
 
 KIMI_NAMES = ("kimi-k2.5", "kimi-k2-thinking")
 
@@ -114,6 +115,7 @@ SPECIAL_IDS = {
     "minimax-m2": MINIMAX_IDS,
     "gpt-oss": GPT_OSS_IDS,
     "kimi-k2.5": KIMI_IDS,
+    "kimi-k2.5-remote": KIMI_IDS,
     "kimi-k2-thinking": KIMI_IDS,
     "qwen3": QWEN3_IDS,
     "qwen3-thinking-2507": QWEN3_IDS,
@@ -193,8 +195,8 @@ def test_unknown_name_is_a_value_error_naming_the_fixtures(tmp_path):
         build_fixture("llama-9", cache_dir=tmp_path)
     assert str(excinfo.value) == (
         "unknown tokenizer fixture 'llama-9': use one of deepseek-v3.1, deepseek-v3.2, "
-        "deepseek-v4, glm-4.6, gpt-oss, kimi-k2-thinking, kimi-k2.5, minimax-m2, qwen3, "
-        "qwen3-instruct-2507, qwen3-thinking-2507"
+        "deepseek-v4, glm-4.6, gpt-oss, kimi-k2-thinking, kimi-k2.5, kimi-k2.5-remote, "
+        "minimax-m2, qwen3, qwen3-instruct-2507, qwen3-thinking-2507"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -243,6 +245,7 @@ def test_the_version_sees_the_template(tmp_path, monkeypatch):
     ("name", "profile"),
     [
         ("kimi-k2.5", KIMI_K2),
+        ("kimi-k2.5-remote", KIMI_K2),
         ("kimi-k2-thinking", KIMI_K2),
         ("qwen3", QWEN3),
         ("deepseek-v4", DEEPSEEK_V3),
@@ -262,6 +265,7 @@ def test_profile_is_detected_from_the_vocabulary(tokenizers, name, profile):
     ("name", "size", "eos", "eos_id"),
     [
         ("kimi-k2.5", 163840, "[EOS]", 163585),
+        ("kimi-k2.5-remote", 163840, "[EOS]", 163585),
         ("kimi-k2-thinking", 163840, "[EOS]", 163585),
         ("qwen3", 151669, "<|im_end|>", 151645),
         ("deepseek-v4", 129280, "<｜end▁of▁sentence｜>", 1),
@@ -774,43 +778,46 @@ def test_deepseek_v31_renames_keep_every_other_id(tokenizers):
             "<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜></think>",
         ),
         (
-            "deepseek-v3.2",
-            "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Q1<｜Assistant｜></think>A1"
-            "<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜><think>",
-        ),
-        (
             "glm-4.6",
             "[gMASK]<sop><|system|>\nBe brief.<|user|>\nQ1<|assistant|>\n<think></think>\nA1"
             "<|user|>\nQ2<|assistant|>",
         ),
         (
             "minimax-m2",
-            "]~!b[]~b]system\nBe brief.[e~[\n]~b]user\nQ1[e~[\n]~b]ai\n<think>\nr1\n</think>\n\n"
+            # MiniMax-M2 drops the reasoning of turns before the last user message.
+            "]~!b[]~b]system\nBe brief.[e~[\n]~b]user\nQ1[e~[\n]~b]ai\n"
             "A1[e~[\n]~b]user\nQ2[e~[\n]~b]ai\n<think>\n",
         ),
         (
             "gpt-oss",
             "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI."
-            "\nKnowledge cutoff: 2024-06\nCurrent date: 2026-01-01\n\nReasoning: medium\n\n"
+            "\nKnowledge cutoff: 2024-06\nCurrent date: 2031-02-03\n\nReasoning: medium\n\n"
             "# Valid channels: analysis, commentary, final. Channel must be included for every "
-            "message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
+            "message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
             "<|start|>user<|message|>Q1<|end|><|start|>assistant<|channel|>final<|message|>A1"
             "<|end|><|start|>user<|message|>Q2<|end|><|start|>assistant",
         ),
     ],
 )
-def test_new_family_multi_turn(tokenizers, name, expected):
+def test_new_family_multi_turn(tokenizers, name, expected, monkeypatch):
+    fix_template_clock(tokenizers[name], monkeypatch)
     messages = [{"role": "system", "content": "Be brief."}, *MULTI_TURN]
     assert render(tokenizers[name], messages) == expected
+
+
+def fix_template_clock(tokenizer, monkeypatch, date="2031-02-03"):
+    """Point the compiled template's strftime_now (gpt-oss stamps the date) at a fixed day."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    if tokenizer.chat_template:
+        compiled = _compile_jinja_template(tokenizer.chat_template)
+        monkeypatch.setitem(compiled.globals, "strftime_now", lambda fmt: date)
 
 
 def test_thinking_switches_of_the_new_templates(tokenizers):
     user = [{"role": "user", "content": "Hi"}]
     assert render(tokenizers["deepseek-v3.1"], user, thinking=True).endswith(
         "<｜Assistant｜><think>"
-    )
-    assert render(tokenizers["deepseek-v3.2"], user, thinking=False).endswith(
-        "<｜Assistant｜></think>"
     )
     assert render(tokenizers["glm-4.6"], user, enable_thinking=False).endswith(
         "<|assistant|>\n<think></think>"
@@ -852,23 +859,102 @@ PARSED_TOOL_CONVERSATION = [
             "]~b]ai\n<think>\n",
         ),
         (
-            "deepseek-v3.2",
-            "<｜Assistant｜></think>\n\n<｜DSML｜function_calls>\n"
-            '<｜DSML｜invoke name="get_weather">\n'
-            '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
-            '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n'
-            "</｜DSML｜invoke>\n</｜DSML｜function_calls><｜end▁of▁sentence｜>"
-            "<｜tool▁output▁begin｜>18C<｜tool▁output▁end｜>",
-        ),
-        (
             "gpt-oss",
             "<|start|>assistant<|channel|>analysis<|message|>need tool<|end|>"
             "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
             '{"city": "Paris", "days": 2}<|call|><|start|>functions.get_weather to=assistant'
-            "<|channel|>commentary<|message|>18C<|end|><|start|>assistant",
+            # The tool result goes through tojson, as in gpt-oss's template.
+            '<|channel|>commentary<|message|>"18C"<|end|><|start|>assistant',
         ),
     ],
 )
 def test_new_family_tool_history(tokenizers, name, history):
     text = render(tokenizers[name], PARSED_TOOL_CONVERSATION, tools=[WEATHER_TOOL])
     assert text.endswith(history), text
+
+
+# --- DeepSeek V3.2: a Python chat encoder in place of a template ------------------------------
+
+
+def fixture_encoder(directory):
+    """The fixture's encoding/encoding_dsv32.py, imported from its directory as a loader does."""
+    import importlib.util
+
+    path = directory / "encoding" / "encoding_dsv32.py"
+    spec = importlib.util.spec_from_file_location("fixture_encoding_dsv32", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_deepseek_v32_ships_its_encoder_and_no_template(tmp_path, tokenizers):
+    import json
+
+    directory = build_fixture("deepseek-v3.2", cache_dir=tmp_path)
+    assert sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")) == [
+        "encoding",
+        "encoding/encoding_dsv32.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert "chat_template" not in config
+    shipped = (directory / "encoding" / "encoding_dsv32.py").read_text(encoding="utf-8")
+    source = files("draftgen") / "fixture_code" / "encoding_dsv32.py"
+    assert shipped == source.read_text(encoding="utf-8")
+    assert not tokenizers["deepseek-v3.2"].chat_template
+
+
+def test_the_version_sees_the_encoder(tmp_path, monkeypatch):
+    import draftgen.fixtures as fixtures
+
+    before = build_fixture("deepseek-v3.2", cache_dir=tmp_path)
+    original = fixtures._read_encoder
+    monkeypatch.setattr(fixtures, "_read_encoder", lambda name: original(name) + "# edit\n")
+    after = build_fixture("deepseek-v3.2", cache_dir=tmp_path)
+    assert after != before and after.name.startswith("deepseek-v3.2-v1-")
+    shipped = (after / "encoding" / "encoding_dsv32.py").read_text(encoding="utf-8")
+    assert shipped.endswith("# edit\n")
+
+
+def test_deepseek_v32_encoder_text_encodes_to_the_turn_tokens(tokenizers):
+    tokenizer = tokenizers["deepseek-v3.2"]
+    encoder = fixture_encoder(build_fixture("deepseek-v3.2"))
+    messages = [{"role": "system", "content": "Be brief."}, *MULTI_TURN]
+    text = encoder.encode_messages(messages, "thinking")
+    assert text == (
+        "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Q1<｜Assistant｜></think>A1"
+        "<｜end▁of▁sentence｜><｜User｜>Q2<｜Assistant｜><think>"
+    )
+    assert encode(tokenizer, text) == [
+        0,
+        *encode(tokenizer, "Be brief."),
+        128803,
+        *encode(tokenizer, "Q1"),
+        128804,
+        128822,
+        *encode(tokenizer, "A1"),
+        1,
+        128803,
+        *encode(tokenizer, "Q2"),
+        128804,
+        128821,
+    ]
+    assert encoder.encode_messages(messages, "chat").endswith("<｜Assistant｜></think>")
+
+
+def test_deepseek_v32_tool_history_is_dsml_then_function_results(tokenizers):
+    tokenizer = tokenizers["deepseek-v3.2"]
+    encoder = fixture_encoder(build_fixture("deepseek-v3.2"))
+    # Tools on a system message put first, as vLLM's and draftgen's callers do.
+    messages = [{"role": "system", "tools": [WEATHER_TOOL]}, *TOOL_CONVERSATION]
+    text = encoder.encode_messages(messages, "thinking", drop_thinking=False)
+    assert text.endswith(
+        "<｜User｜>Weather in Paris?<｜Assistant｜><think>need tool</think>\n\n"
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+        '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls><｜end▁of▁sentence｜>"
+        "\n\n<function_results>\n<result>18C</result>\n</function_results>\n\n<think>"
+    )
+    assert encode(tokenizer, "<｜DSML｜invoke")[:2] == [30, 128825]
+    assert encode(tokenizer, text)[-1] == 128821

@@ -16,7 +16,8 @@ import pytest
 from draftgen.pipeline import resolve_profile
 from draftgen.reconstruct import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.tokenizer import decode, encode, load_tokenizer, render_prompt
+from draftgen.rendering import ChatRenderer, render_prompt
+from draftgen.tokenizer import decode, encode, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Family:
     detected: str = ""
     # Text-path reason of tool-call shapes when the markup is unconfirmed ("" means "ok").
     tool_reason: str = ""
+    # Template variables the requests set (the reasoning switch a provider maps them from).
+    variables: tuple[tuple[str, object], ...] = ()
 
 
 KIMI_MARKUP = (
@@ -121,9 +124,10 @@ FAMILIES = {
         "",
         "</think>",
         markup=DSML_MARKUP,
-        forced=True,
-        detected="deepseek-v3",
+        # Detected from its Python chat encoder (encoding/encoding_dsv32.py), not the vocabulary;
+        # the encoder chats without thinking unless the request turns it on.
         tool_reason="tool_call_format_unconfirmed",
+        variables=(("thinking", True),),
     ),
     "glm-4.6": Family(
         "glm-4.5",
@@ -251,7 +255,9 @@ def generated_text(family: Family, shape: Shape) -> tuple[str, str | None, str]:
 
 
 def case(tokenizer, family: Family, shape: Shape):
-    prompt_ids = encode(tokenizer, render_prompt(tokenizer, shape.messages, shape.tools))
+    renderer = ChatRenderer(tokenizer, family_profile(tokenizer, family))
+    rendering = renderer.render(shape.messages, shape.tools, dict(family.variables))
+    prompt_ids = renderer.prompt_ids(rendering)
     text, reasoning, content = generated_text(family, shape)
     truth = encode(tokenizer, text)
     finish = "tool_calls" if shape.tool_call else "stop"
@@ -274,7 +280,9 @@ def case(tokenizer, family: Family, shape: Shape):
         finish,
         usage,
     )
-    stored = StoredCompletion("k", "s", 0, shape.messages, shape.tools, completion)
+    stored = StoredCompletion(
+        "k", "s", 0, shape.messages, shape.tools, completion, rendering=rendering
+    )
     return stored, prompt_ids, truth
 
 

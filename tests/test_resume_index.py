@@ -14,21 +14,17 @@ import sqlite3
 import pytest
 from conftest import write_prompts
 
-from draftgen import pipeline
 from draftgen.ingest import read_conversations
 from draftgen.pipeline import (
     RunOptions,
     SourceIds,
     StoredTurns,
-    resolve_profile,
     run,
-    run_profile,
 )
 from draftgen.plan import plan_turns
 from draftgen.reconstruct import COMPLETE_FINISH_REASONS
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store import Store, StoreError
-from draftgen.tokenizer import load_tokenizer
 
 TOKENIZER = "fixture:kimi-k2.5"
 
@@ -117,21 +113,3 @@ def test_resume_sends_the_stored_answer_as_the_next_turns_history(finished_run):
         messages = json.loads(request)["messages"]
         assert messages[-2] == {"role": "assistant", "content": first_turns[source_id]}
     db.close()
-
-
-def test_resume_takes_the_detected_profile_without_loading_the_tokenizer(finished_run, monkeypatch):
-    options, _ = finished_run
-    expected = resolve_profile(load_tokenizer(TOKENIZER), None)
-
-    def refuse(spec):
-        raise AssertionError(f"the tokenizer {spec} was loaded")
-
-    monkeypatch.setattr(pipeline, "load_tokenizer", refuse)
-    assert run_profile(options) == expected
-    other = RunOptions(**{**options.__dict__, "tokenizer": "fixture:qwen3"})
-    with pytest.raises(AssertionError, match="the tokenizer fixture:qwen3 was loaded"):
-        run_profile(other)
-    # A backend sent prompt ids renders the first prompt itself: the tokenizer is loaded first.
-    native = RunOptions(**{**options.__dict__, "backend": "sglang-generate"})
-    with pytest.raises(AssertionError, match=f"the tokenizer {TOKENIZER} was loaded"):
-        run_profile(native)

@@ -34,7 +34,7 @@ EXTRA_ROWS = [
 ]
 # Concurrency 1: the simulator draws each answer from (prompt, attempt number), and a prompt's
 # two samples are the same prompt, so only requests in a fixed order give the same answers twice.
-RUN_FLAGS = ("--samples", "2", "--concurrency", "1")
+RUN_FLAGS = ("--completions-per-turn", "2", "--concurrency", "1")
 
 
 def prompt_file(path: Path) -> Path:

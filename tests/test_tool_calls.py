@@ -19,7 +19,8 @@ from draftgen.profiles import (
 )
 from draftgen.reconstruct import read_completion, reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.tokenizer import encode, load_tokenizer, render_prompt
+from draftgen.rendering import render_prompt
+from draftgen.tokenizer import encode, load_tokenizer
 
 TOOLS = [
     {

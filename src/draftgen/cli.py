@@ -4,18 +4,94 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
+import json
+import os
+import re
 import sys
 from pathlib import Path
 
 from draftgen import __version__
+from draftgen.redact import redact
 
 EXIT_ERROR = 2  # the run cannot go on as asked: the message says why
 EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
 EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 1  # a bug in draftgen: one line, the traceback with --log-level debug
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (status --json | head): 128 + SIGPIPE
+# Flags that were renamed: the old spelling is refused with the new one named.
+RENAMED_FLAGS = {
+    "--samples": "--completions-per-turn (completions of each turn; --limit caps the rows)",
+}
+# Unknown flags that look like an attempt to pass a key on the command line.
+_KEY_FLAG = re.compile(r"(?i)key|token|secret|passw|auth|bearer")
+KEYS_GO_IN_THE_ENVIRONMENT = (
+    "API keys are never taken on the command line, where other users can read them in the "
+    "process list: export the key in an environment variable and name that variable with "
+    "--api-key-env (default OPENROUTER_API_KEY)"
+)
+
+
+class DraftgenParser(argparse.ArgumentParser):
+    """argparse with no abbreviated flags and errors of one line on stderr (exit 2).
+
+    Nothing the user typed is echoed unredacted: a key pasted after a mistyped flag is masked,
+    and an unknown flag is named without its value.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        # ``--api-key`` must not silently mean ``--api-key-env``: no flag may be abbreviated.
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"{self.prog}: {redact(message)} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = _subparsers(self).get(getattr(namespace, "command", None) or "")
+            (command or self).error(unknown_arguments(extras, command or self))
+        return namespace
+
+
+def unknown_arguments(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """What was wrong with ``extras`` (arguments no option took), never repeating a value."""
+    flags = [arg.split("=", 1)[0] for arg in extras if arg.startswith("-") and len(arg) > 1]
+    values = [arg for arg in extras if not (arg.startswith("-") and len(arg) > 1)]
+    if flags:
+        flag = flags[0]
+        if flag in RENAMED_FLAGS:
+            return f"{flag} was renamed {RENAMED_FLAGS[flag]}"
+        if _KEY_FLAG.search(flag):
+            return f"unknown option {flag} (its value is not shown); {KEYS_GO_IN_THE_ENVIRONMENT}"
+        known = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
+        return f"unknown option {flag}{more}{hint}"
+    shown = ", ".join(repr(redact(value)) for value in values[:3])
+    return f"unexpected argument{'s' if len(values) > 1 else ''} {shown}"
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+RUN_DIR_HELP = "a run directory (the --out of draftgen run)"
+
+
+def _profile_names() -> list[str]:
+    from draftgen.profiles import PROFILES
+
+    return sorted(PROFILES)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = DraftgenParser(
         prog="draftgen",
         description="Regenerate prompt datasets with a target model and export exact token ids.",
     )
@@ -56,10 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--api-key-env",
         default="OPENROUTER_API_KEY",
+        type=_env_name,
         metavar="VAR",
-        help="environment variable holding the API key (default OPENROUTER_API_KEY)",
+        help="the NAME of the environment variable holding the API key, never the key itself: "
+        "keys are not taken on the command line (default OPENROUTER_API_KEY)",
     )
     run.add_argument(
+        "-o",
         "--out",
         type=Path,
         metavar="RUN_DIR",
@@ -82,10 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-tokens",
         type=_positive_int,
         metavar="N",
-        help="max_tokens per request (reasoning + answer)",
+        help="max_tokens per request, reasoning + answer (default: none sent, so the "
+        "provider's or server's own limit applies)",
     )
     run.add_argument(
-        "--profile", metavar="NAME", help="force a model profile instead of detecting it"
+        "--profile",
+        choices=_profile_names(),
+        metavar="NAME",
+        help="force a model profile instead of detecting it from the tokenizer: "
+        + ", ".join(_profile_names())
+        + " (default: detected)",
     )
     run.add_argument(
         "--idle-timeout",
@@ -129,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-cost",
         type=float,
         metavar="USD",
-        help="stop sending once spend (usage.cost) plus the in-flight estimate would pass this",
+        help="stop sending once spend (usage.cost) plus the in-flight estimate would pass this "
+        "many dollars (default: no limit)",
     )
     run.add_argument(
         "--max-retries",
@@ -149,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_shards(run, commands)
 
     export = commands.add_parser("export", help="write training files from a run")
-    export.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
     export.add_argument(
         "--format",
         default="specforge",
@@ -158,7 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
         "parquet: one Parquet file; hf: a datasets.save_to_disk directory",
     )
     export.add_argument(
-        "--out", required=True, type=Path, metavar="PATH", help="file (a directory for hf)"
+        "-o",
+        "--out",
+        required=True,
+        type=Path,
+        metavar="PATH",
+        help="the file to write (a directory for --format hf); replaced if it exists",
     )
     export.add_argument(
         "--include-unverified",
@@ -169,11 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
     vocab = commands.add_parser(
         "vocab", help="draft vocabulary (d2t, t2d) from generated tokens, as SpecForge builds it"
     )
-    vocab.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    vocab.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
     vocab.add_argument(
-        "--size", type=_positive_int, default=32000, metavar="N", help="draft vocabulary size"
+        "--size",
+        type=_positive_int,
+        default=32000,
+        metavar="N",
+        help="draft vocabulary size (default 32000)",
     )
-    vocab.add_argument("--out", required=True, type=Path, metavar="DIR")
+    vocab.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="directory for vocab.json, vocab_mapping.npz and vocab_mapping.pt",
+    )
     vocab.add_argument(
         "--vocab-size",
         type=_positive_int,
@@ -190,24 +292,46 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", help="write RUN_DIR/report.html (pictures) and RUN_DIR/report.json"
     )
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
 
     status = commands.add_parser("status", help="counts by outcome and reason")
-    status.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    status.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
     status.add_argument("--json", action="store_true", help="print the counts as JSON")
 
     simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
-    simulate.add_argument("--tokenizer", required=True, metavar="DIR_OR_ID")
-    simulate.add_argument("--profile", metavar="NAME")
+    simulate.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="DIR_OR_ID",
+        help="the simulated model's tokenizer: local directory, hub id or fixture:NAME (required)",
+    )
+    simulate.add_argument(
+        "--profile",
+        choices=_profile_names(),
+        metavar="NAME",
+        help="force the simulated model's profile: "
+        + ", ".join(_profile_names())
+        + " (default: detected from the tokenizer)",
+    )
     simulate.add_argument(
         "--dialect",
         choices=("openrouter", "vllm", "sglang"),
         default="openrouter",
-        help="answer as OpenRouter (text only) or as a vllm / sglang server with token ids",
+        help="answer as OpenRouter (text only) or as a vllm / sglang server with token ids "
+        "(default openrouter)",
     )
-    simulate.add_argument("--host", default="127.0.0.1")
-    simulate.add_argument("--port", type=int, default=8000)
-    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    simulate.add_argument(
+        "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default 8000)"
+    )
+    simulate.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the simulated answers, faults and quirks (default 0)",
+    )
     simulate.add_argument(
         "--fault",
         action="append",
@@ -222,22 +346,54 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=RATE",
         help="apply a provider quirk at a rate, e.g. drift=0.05; repeatable",
     )
-    simulate.add_argument("--retry-after", type=float, default=0.0, metavar="SECONDS")
-    simulate.add_argument("--min-tokens", type=int, default=20)
-    simulate.add_argument("--max-tokens", type=int, default=200)
-    simulate.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
-    simulate.add_argument("--chunk-delay", type=float, default=0.0, metavar="SECONDS")
+    simulate.add_argument(
+        "--retry-after",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="Retry-After sent with rate-limit and overload faults (default 0: none)",
+    )
+    simulate.add_argument(
+        "--min-tokens",
+        type=int,
+        default=20,
+        metavar="N",
+        help="shortest simulated completion, in tokens (default 20)",
+    )
+    simulate.add_argument(
+        "--max-tokens",
+        type=int,
+        default=200,
+        metavar="N",
+        help="longest simulated completion, in tokens; a request's max_tokens cuts it shorter "
+        "(default 200)",
+    )
+    simulate.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait before answering each request (default 0)",
+    )
+    simulate.add_argument(
+        "--chunk-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait between streamed chunks (default 0)",
+    )
     simulate.add_argument(
         "--fatal-after",
         type=int,
         metavar="N",
-        help="the auth and payment faults start only after N requests",
+        help="the auth and payment faults start only after N requests (default: from the first)",
     )
     simulate.add_argument(
         "--fail-after",
         type=int,
         metavar="N",
-        help="an outage: every chat request after the N-th (and GET /models) answers HTTP 500",
+        help="an outage: every chat request after the N-th (and GET /models) answers HTTP 500 "
+        "(default: no outage)",
     )
     simulate.add_argument(
         "--stall-seconds",
@@ -279,12 +435,13 @@ ESTIMATE_SHARED = (
     "allow_insecure_http",
     "backend",
     "limit",
-    "samples",
+    "completions_per_turn",
     "temperature",
     "top_p",
     "seed",
     "reasoning_effort",
     "reasoning_max_tokens",
+    "chat_template_kwargs",
     "input_format",
     "config",
     "no_config",
@@ -309,30 +466,54 @@ def _add_run_settings(run: argparse.ArgumentParser) -> None:
         "--limit",
         type=_positive_int,
         metavar="N",
-        help="rows taken from all inputs together; datasets share it by weight",
+        help="rows taken from all inputs together; datasets share it by weight (default: all "
+        "rows)",
     )
     run.add_argument(
-        "--samples",
+        "--completions-per-turn",
         type=_positive_int,
         default=1,
         metavar="N",
-        help="completions per turn, each stored as its own sample (default 1)",
+        help="completions generated for each assistant turn, each stored as its own sample; "
+        "not a row count (--limit caps rows) (default 1)",
     )
-    run.add_argument("--temperature", type=_temperature, metavar="T", help="0..2")
-    run.add_argument("--top-p", type=_unit_float, metavar="P", help="nucleus sampling, 0 < P <= 1")
     run.add_argument(
-        "--seed", type=int, metavar="N", help="sampling seed; sample k of a turn is sent N + k"
+        "--temperature",
+        type=_temperature,
+        metavar="T",
+        help="0..2 (default: none sent, the provider's own)",
+    )
+    run.add_argument(
+        "--top-p",
+        type=_unit_float,
+        metavar="P",
+        help="nucleus sampling, 0 < P <= 1 (default: none sent, the provider's own)",
+    )
+    run.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="sampling seed; completion k of a turn is sent N + k (default: none sent)",
     )
     run.add_argument(
         "--reasoning-effort",
         choices=REASONING_EFFORTS,
-        help="OpenRouter reasoning.effort (not with --reasoning-max-tokens)",
+        help="OpenRouter reasoning.effort, not with --reasoning-max-tokens (default: none "
+        "sent, the model's own)",
     )
     run.add_argument(
         "--reasoning-max-tokens",
         type=_positive_int,
         metavar="N",
-        help="OpenRouter reasoning.max_tokens (not with --reasoning-effort)",
+        help="OpenRouter reasoning.max_tokens, not with --reasoning-effort (default: none sent)",
+    )
+    run.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="template variables as a JSON object, e.g. '{\"enable_thinking\": false}': sent "
+        "to vLLM/SGLang as chat_template_kwargs and used to render the prompt locally; in "
+        "draftgen.toml the [chat_template_kwargs] table (default: none, the template's own)",
     )
     from draftgen.ingest import INPUT_FORMATS
 
@@ -353,14 +534,14 @@ def _add_shards(run: argparse.ArgumentParser, commands) -> None:
         type=_shard,
         metavar="I/N",
         help="run only shard I of N (0 <= I < N), a fixed subset by prompt key, into its own "
-        "--out; draftgen merge combines the shards",
+        "--out; draftgen merge combines the shards (default: every row)",
     )
     run.add_argument(
         "--ray",
         type=_positive_int,
         metavar="N",
         help="run N shards as Ray tasks into RUN_DIR/shards/I, then merge them into RUN_DIR "
-        "(needs pip install 'draftgen[ray]')",
+        "(needs pip install 'draftgen[ray]'; default: no Ray)",
     )
     run.add_argument(
         "--ray-address",
@@ -371,9 +552,15 @@ def _add_shards(run: argparse.ArgumentParser, commands) -> None:
     merge = commands.add_parser(
         "merge", help="combine run directories (shards) into a new one, deduplicated by key"
     )
-    merge.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     merge.add_argument(
-        "--out", required=True, type=Path, metavar="RUN_DIR", help="new run directory"
+        "run_dirs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directories to combine (the shards of one run)",
+    )
+    merge.add_argument(
+        "-o", "--out", required=True, type=Path, metavar="RUN_DIR", help="new run directory"
     )
 
 
@@ -394,10 +581,16 @@ def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentPa
         "(default 0: assume max_tokens)",
     )
     estimate.add_argument(
-        "--price-in", type=float, metavar="USD", help="USD per million prompt tokens"
+        "--price-in",
+        type=float,
+        metavar="USD",
+        help="USD per million prompt tokens (default: from the endpoint's model listing)",
     )
     estimate.add_argument(
-        "--price-out", type=float, metavar="USD", help="USD per million completion tokens"
+        "--price-out",
+        type=float,
+        metavar="USD",
+        help="USD per million completion tokens (default: from the endpoint's model listing)",
     )
     estimate.add_argument(
         "--tokens-per-second",
@@ -436,11 +629,10 @@ def _add_init(commands) -> None:
 
 def _subcommand(name: str) -> argparse.ArgumentParser:
     """The subparser of ``name``, as ``main`` builds it (configs are checked against it)."""
-    parser = build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices[name]
-    raise LookupError(name)
+    command = _subparsers(build_parser()).get(name)
+    if command is None:
+        raise LookupError(name)
+    return command
 
 
 def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
@@ -473,11 +665,37 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftgen: interrupted; everything stored so far is kept", file=sys.stderr)
         return 130
-    except Exception as exc:
-        if not _is_user_error(exc):
-            raise
-        print(f"draftgen: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader of stdout stopped (``status --json | head``): nothing is wrong, say nothing.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:  # a path the user gave that cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"draftgen: {redact(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return EXIT_ERROR
+    except Exception as exc:
+        if _is_user_error(exc):
+            print(f"draftgen: {redact(str(exc))}", file=sys.stderr)
+            return EXIT_ERROR
+        if args.log_level == "debug":
+            raise
+        # A bug, not a usage error: one line, and where to get the whole story.
+        print(
+            f"draftgen: internal error: {exc.__class__.__name__}: "
+            f"{redact(str(exc).splitlines()[0] if str(exc) else '')} (rerun with "
+            "draftgen --log-level debug ... for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _is_user_error(exc: Exception) -> bool:
@@ -489,6 +707,7 @@ def _is_user_error(exc: Exception) -> bool:
     from draftgen.mix import MixError
     from draftgen.pipeline import RunError
     from draftgen.profiles import UnknownProfileError
+    from draftgen.simulator.config import SimConfigError
     from draftgen.store import StoreError
     from draftgen.tokenizer import TokenizerLoadError
     from draftgen.vocab import VocabError
@@ -496,7 +715,7 @@ def _is_user_error(exc: Exception) -> bool:
     return isinstance(
         exc,
         (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError, VocabError)
-        + (ConfigError, MixError, EstimateError, InputError, MergeError),
+        + (ConfigError, MixError, EstimateError, InputError, MergeError, SimConfigError),
     )
 
 
@@ -505,12 +724,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     args = _resolved(args, "run")
     options = _options(RunOptions, args)
-    if args.base_url is None and not args.endpoints:
-        print(
-            "draftgen: no --base-url given, so the built-in simulator answers: the data is "
-            "synthetic",
-            file=sys.stderr,
-        )
     if args.ray is not None:
         from draftgen.ray_runner import run_on_ray
 
@@ -538,6 +751,8 @@ def _options(cls: type, args: argparse.Namespace, **given: object):
         f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)
     }
     values["inputs"] = args.input or []
+    if hasattr(args, "completions_per_turn"):
+        values["samples"] = args.completions_per_turn  # RunOptions' name for it
     return cls(**{**values, **given})
 
 
@@ -583,11 +798,26 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _open_reconstructed(run_dir: Path):
-    """The run's store, with whatever an interrupted run stored but did not reconstruct done."""
+    """The run's store, with whatever an interrupted run stored but did not reconstruct done.
+
+    While a run is active (it holds the lock) its own reconstruction is at work: nothing is
+    done here, and the reader is told that what follows is a snapshot.
+    """
     from draftgen.pipeline import open_existing, reconstruct_pending
+    from draftgen.store import RunLock
 
     store = open_existing(run_dir)
     try:
+        holder = RunLock.holder(run_dir)
+        if holder is not None:
+            print(
+                f"draftgen: a run is active in {run_dir} (draftgen {holder}): this is a "
+                f"snapshot of the samples reconstructed so far; {store.unreconstructed()} "
+                "completions stored but not yet reconstructed are left out, so run it again "
+                "once the run has finished",
+                file=sys.stderr,
+            )
+            return store
         made = reconstruct_pending(store)
     except BaseException:
         store.close()
@@ -676,12 +906,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def format_status(counts: dict, run_dir: Path) -> str:
+    from draftgen.store import REJECTED_NAME
+
+    retried = counts.get("retried_errors") or {}
+    kinds = ", ".join(f"{kind} {count}" for kind, count in retried.items())
+    share = f" ({counts['verified'] / counts['samples']:.1%})" if counts["samples"] else ""
     lines = [
         f"run {run_dir}",
+        f"  rows rejected       {counts.get('rejected', 0)}"
+        + (f"  (reasons in {run_dir / REJECTED_NAME})" if counts.get("rejected") else ""),
         f"  completions stored  {counts['completions']}  (cost ${counts['cost']:.4f}, "
         f"tokens {counts['prompt_tokens']} prompt + {counts['completion_tokens']} completion, "
         f"{counts['retried_attempts']} retried attempts)",
-        f"  samples             {counts['samples']}  verified {counts['verified']}, "
+        f"  retried errors      {sum(retried.values())}" + (f"  ({kinds})" if kinds else ""),
+        f"  samples             {counts['samples']}  verified {counts['verified']}{share}, "
         f"truncated {counts['truncated']}, not yet reconstructed {counts['unreconstructed']}",
     ]
     for title, table in (
@@ -691,6 +929,15 @@ def format_status(counts: dict, run_dir: Path) -> str:
     ):
         lines.append(f"  {title}:" + ("" if table else " none"))
         lines.extend(f"    {name:<28} {count}" for name, count in table.items())
+    rejected = counts.get("rejected_reasons") or {}
+    lines.append("  rejected rows:" + ("" if rejected else " none"))
+    lines.extend(f"    {count:>6}  {kind}" for kind, count in rejected.items())
+    if counts.get("active_run"):
+        lines.insert(
+            1,
+            f"  run active          draftgen {counts['active_run']} is working on this directory: "
+            "these counts are a snapshot",
+        )
     lines.extend(format_exactness(counts.get("exactness") or {}))
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
     return "\n".join(lines)
@@ -741,30 +988,37 @@ def format_exactness(exactness: dict) -> list[str]:
 
 
 def _rates(pairs: list[str], flag: str) -> dict[str, float]:
+    from draftgen.simulator.config import SimConfigError
+
     rates = {}
     for pair in pairs:
         name, _, rate = pair.partition("=")
         try:
             rates[name] = float(rate)
         except ValueError:
-            raise SystemExit(
-                f"draftgen: {flag} {pair!r} is not NAME=RATE, e.g. drift=0.05"
-            ) from None
+            raise SimConfigError(f"{flag} {pair!r} is not NAME=RATE, e.g. drift=0.05") from None
     return rates
 
 
 def _temperature(text: str) -> float:
-    value = float(text)
+    value = _float(text)
     if not 0 <= value <= 2:
         raise argparse.ArgumentTypeError(f"{text} is not within 0..2 (OpenRouter's range)")
     return value
 
 
 def _unit_float(text: str) -> float:
-    value = float(text)
+    value = _float(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not within 0 < P <= 1")
     return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 class _AppendUrl(argparse.Action):
@@ -786,11 +1040,37 @@ def _shard(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _json_object(text: str) -> dict:
+    """``--chat-template-kwargs``: a JSON object of template variables."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "is not valid JSON; give an object such as '{\"enable_thinking\": false}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object of template variables")
+    return value
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def _env_name(text: str) -> str:
+    """``--api-key-env``: a variable's name. A key given here instead is refused unshown."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise argparse.ArgumentTypeError(
+            "this takes the name of an environment variable (like OPENROUTER_API_KEY), and what "
+            f"was given is not one (not shown: it may be a key); {KEYS_GO_IN_THE_ENVIRONMENT}"
+        )
+    return text
 
 
 COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulate": cmd_simulate}

@@ -18,6 +18,8 @@ from draftgen.mix import DatasetSpec
 CONFIG_NAME = "draftgen.toml"
 # Options about finding the file itself: they have no key in it.
 META_DESTS = frozenset({"help", "config", "no_config", "force"})
+# Keys of flags that were renamed: a file with the old key still means the same setting.
+RENAMED_KEYS = {"samples": "completions_per_turn"}
 DATASET_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "path": (str, "a file path"),
     "name": (str, "a name (the rows' ids become NAME/ID)"),
@@ -146,6 +148,15 @@ def load_config(
         if key == "backend" and isinstance(value, dict):
             values.update(_backend_table(path, value, run_options["backend"], base))
             continue
+        if key == "chat_template_kwargs" and key in run_options:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{path}: chat_template_kwargs must be a table ([chat_template_kwargs] with "
+                    f"one key per template variable), not {_kind(value)}"
+                )
+            values[key] = dict(value)
+            continue
+        key = RENAMED_KEYS.get(key, key) if RENAMED_KEYS.get(key) in run_options else key
         action = run_options.get(key)
         if action is None:
             raise ConfigError(_unknown(path, key, [*run_options, "datasets", "openrouter"]))
@@ -379,7 +390,7 @@ out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 # seed = 0  # sample k of a turn is sent seed + k
 # reasoning_effort = "high"  # none | minimal | low | medium | high | xhigh | max, or instead:
 # reasoning_max_tokens = 16000
-# samples = 1  # completions per turn, each stored as its own sample
+# completions_per_turn = 1  # completions of each turn, each its own sample (not rows: limit)
 
 # The prompts: a list of files read one after another ...
 # input = ["prompts.jsonl"]
@@ -398,7 +409,7 @@ out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 # shutdown_grace = 30.0  # seconds in-flight responses get after Ctrl-C
 # logprobs = false
 # allow_insecure_http = false
-# profile = "kimi-k2.5"  # force a model profile instead of detecting it
+# profile = "kimi-k2"  # force a model profile instead of detecting it
 {extra}
 [[datasets]]
 name = "chat"  # the rows' ids become chat/ID, so datasets never collide
@@ -412,6 +423,12 @@ path = "prompts.jsonl"
 # name = "code"
 # path = "code.jsonl"
 # weight = 2.0
+
+# Chat-template variables for vLLM/SGLang (sent as chat_template_kwargs, also used to render
+# each prompt locally). Through OpenRouter, use reasoning_effort: draftgen sets the family's
+# own switch (thinking, enable_thinking, reasoning_effort) from it.
+# [chat_template_kwargs]
+# enable_thinking = false
 
 # OpenRouter provider routing, sent as the request's `provider` object.
 # [openrouter.provider]

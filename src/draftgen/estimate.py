@@ -22,6 +22,7 @@ from draftgen.ingest import Rejection
 from draftgen.mix import MixError, read_suite
 from draftgen.pipeline import RunError, RunOptions, check_base_url, generation_settings, run
 from draftgen.plan import build_messages, original_answers, plan_turns
+from draftgen.rendering import ChatRenderer, request_variables, resolve_profile
 from draftgen.store import Store
 
 LISTING_TIMEOUT = 15.0  # seconds for GET /models; a slow listing is no reason to wait long
@@ -45,6 +46,7 @@ class Estimate:
     rows: int = 0
     rejected: int = 0
     turns: int = 0  # turns the run regenerates (a request each, per sample)
+    render_failures: int = 0  # turns whose prompt the chat template cannot render (not counted)
     requests: int = 0  # turns x samples
     prompt_tokens: int = 0  # over all requests
     # Completion tokens over all requests: low..high, and where the figures come from.
@@ -102,6 +104,9 @@ def count_prompts(options: RunOptions, result: Estimate) -> None:
     stand in for them, so multi-turn totals are close rather than exact.
     """
     tokenizer = tok.load_tokenizer(options.tokenizer)
+    profile = resolve_profile(tokenizer, options.profile)
+    renderer = ChatRenderer(tokenizer, profile)
+    variables = request_variables(generation_settings(options), profile)
     multi_turn = False
     for item in read_suite(options.suite()):
         result.rows += 1
@@ -112,10 +117,18 @@ def count_prompts(options: RunOptions, result: Estimate) -> None:
         answers = original_answers(item)
         multi_turn = multi_turn or len(plans) > 1
         for plan in plans:
-            prompt = tok.render_prompt(tokenizer, build_messages(plan, answers), plan.tools)
-            result.prompt_tokens += len(tok.encode(tokenizer, prompt)) * options.samples
             result.turns += 1
+            rendering = renderer.render(build_messages(plan, answers), plan.tools, variables)
+            if rendering.error:
+                result.render_failures += 1
+                continue
+            result.prompt_tokens += len(renderer.prompt_ids(rendering)) * options.samples
     result.requests = result.turns * options.samples
+    if result.render_failures:
+        result.notes.append(
+            f"{result.render_failures} turns could not be rendered by the chat template and are "
+            "not in the prompt tokens; their samples will be flagged prompt_render_failed"
+        )
     if multi_turn:
         result.notes.append(
             "later turns of multi-turn rows were counted with the rows' own earlier answers"

@@ -32,7 +32,15 @@ def export(store: Store, fmt: str, out: Path, include_unverified: bool = False) 
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt != "hf" and out.is_dir():
+        raise ExportError(
+            f"--out {out} is a directory and --format {fmt} writes one file: name the file, "
+            f"e.g. {out / ('train.parquet' if fmt == 'parquet' else 'train.jsonl')}"
+        )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExportError(f"cannot create the directory of --out {out} ({exc.strerror})") from None
     if fmt == "parquet":
         return _atomic_file(out, lambda path: write_parquet(store, path, include_unverified))
     if fmt == "hf":

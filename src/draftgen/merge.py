@@ -22,7 +22,7 @@ from draftgen.shard import ALL
 from draftgen.store import DB_NAME, REJECTED_NAME, SCHEMA, RunLock
 
 # Meta that must agree between runs: what a sample means depends on it.
-AGREEING_META = ("tokenizer", "profile")
+AGREEING_META = ("tokenizer", "profile", "tokenizer_digest")
 # How a run's record of a key ranks: the best one is kept.
 RANK_VERIFIED, RANK_COMPLETED, RANK_FAILED = 3, 2, 1
 

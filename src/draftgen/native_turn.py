@@ -1,8 +1,8 @@
 """Turns for servers that take and return token ids (SGLang ``/generate``): the prompt ids
 draftgen renders itself, and the reasoning/content split of the ids that come back.
 
-The prompt goes through the same two calls reconstruction makes (``tokenizer.render_prompt``,
-then ``tokenizer.encode``), so the ids sent are the ids the text path rebuilds. The split is the
+The prompt is the request's recorded rendering (``draftgen.rendering``), encoded as
+reconstruction encodes it, so the ids sent are the ids the text path rebuilds. The split is the
 one a server's reasoning parser would make, at the profile's markers; no HTTP here.
 """
 
@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
-from draftgen.profiles import ModelProfile, detect_profile, get_profile, split_reasoning
+from draftgen.profiles import ModelProfile, split_reasoning
 from draftgen.reconstruct import prompt_mode
-from draftgen.records import Completion
+from draftgen.records import Completion, Rendering
+from draftgen.rendering import ChatRenderer, resolve_profile
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,15 @@ class NativeTurns:
     def __init__(self, tokenizer: Any, profile: ModelProfile) -> None:
         self.tokenizer = tokenizer
         self.profile = profile
+        self.renderer = ChatRenderer(tokenizer, profile)
         ends = [tok.encode(tokenizer, text) for text in profile.stop_texts()]
         # An end of turn spelled by several tokens cannot be a stop id; the server's eos must do.
         self._stop_ids = [end[0] for end in ends if len(end) == 1]
 
-    def prompt(self, messages: list[dict], tools: list[dict] | None) -> TokenPrompt:
-        text = tok.render_prompt(self.tokenizer, messages, tools)
-        return TokenPrompt(text, tok.encode(self.tokenizer, text), list(self._stop_ids))
+    def prompt(self, rendering: Rendering) -> TokenPrompt:
+        """The ids of a recorded rendering (``RenderError`` if it failed)."""
+        ids = self.renderer.prompt_ids(rendering)
+        return TokenPrompt(rendering.text, ids, list(self._stop_ids))
 
     def read(self, completion: Completion, prompt: TokenPrompt) -> Completion:
         """``completion`` with the prompt ids sent and the text of its ids split in two.
@@ -75,7 +78,4 @@ class NativeTurns:
 def native_turns(tokenizer_spec: str, profile_name: str | None) -> NativeTurns:
     """The ``NativeTurns`` of a run's tokenizer and profile (detected if not named), cached."""
     tokenizer = tok.load_tokenizer(tokenizer_spec)
-    profile = (
-        get_profile(profile_name) if profile_name else detect_profile(tok.full_vocab(tokenizer))
-    )
-    return NativeTurns(tokenizer, profile)
+    return NativeTurns(tokenizer, resolve_profile(tokenizer, profile_name))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import signal
 import sqlite3
@@ -31,16 +32,29 @@ from draftgen.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpo
 from draftgen.ingest import Conversation, Rejection
 from draftgen.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
 from draftgen.native_turn import native_turns
-from draftgen.plan import TurnPlan, build_messages, plan_turns, sample_chains
-from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.plan import (
+    NOTHING_TO_ANSWER,
+    PlanCount,
+    TurnPlan,
+    build_messages,
+    count_plan,
+    plan_turns,
+    sample_chains,
+)
+from draftgen.probe import ProbeError, ProbeResult, probe_endpoints
+from draftgen.profiles import ModelProfile, get_profile
 from draftgen.progress import ProgressDisplay, RunProgress
 from draftgen.reconstruct import COMPLETE_FINISH_REASONS, strip_is_invisible
 from draftgen.reconstruct_batch import reconstruct_batches
 from draftgen.records import GenerationSettings
+from draftgen.rendering import ChatRenderer, request_variables, resolve_profile
 from draftgen.shard import ALL, Shard, shard_label
-from draftgen.store import DB_NAME, REJECTED_NAME, CompletionWriter, RunLock, Store, StoreError
-from draftgen.tokenizer import full_vocab, load_tokenizer
+from draftgen.store import REJECTED_NAME, CompletionWriter, RunLock, Store, StoreError
+from draftgen.tokenizer import load_tokenizer, tokenizer_digest
 from draftgen.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
+
+
+_log = logging.getLogger("draftgen.run")
 
 
 class RunError(RuntimeError):
@@ -79,6 +93,9 @@ class RunOptions:
     reasoning_effort: str | None = None  # OpenRouter reasoning.effort
     reasoning_max_tokens: int | None = None  # OpenRouter reasoning.max_tokens (not with effort)
     provider: dict | None = None  # OpenRouter provider routing ([openrouter.provider])
+    # Template variables (--chat-template-kwargs, [chat_template_kwargs]): sent to vLLM/SGLang
+    # and used to render every prompt locally.
+    chat_template_kwargs: dict | None = None
     # Several endpoints ([[backend.endpoints]]: url, optional concurrency); not with base_url.
     endpoints: list[EndpointSpec] | None = None
     endpoint_concurrency: int | None = None  # in-flight cap per endpoint (None: share the total)
@@ -104,10 +121,6 @@ class RunSummary:
     progress: RunProgress
     counts: dict = field(default_factory=dict)
     stopped: str | None = None  # why the run ended early: "interrupted" or a budget sentence
-
-
-def resolve_profile(tokenizer, name: str | None) -> ModelProfile:
-    return get_profile(name) if name else detect_profile(full_vocab(tokenizer))
 
 
 def check_base_url(url: str, allow_insecure_http: bool) -> None:
@@ -184,8 +197,14 @@ def generation_settings(options: RunOptions) -> GenerationSettings:
             f"reasoning and [openrouter.provider] are OpenRouter request fields; --backend "
             f"{options.backend} does not take them, so drop them or use --backend openrouter"
         )
+    if options.chat_template_kwargs and options.backend == "openrouter":
+        raise RunError(
+            "--chat-template-kwargs is for vLLM/SGLang (--backend vllm, sglang or "
+            "sglang-generate); through OpenRouter the providers set the template's thinking "
+            "switch from --reasoning-effort, so use that instead"
+        )
     if options.samples < 1:
-        raise RunError(f"--samples {options.samples} must be at least 1")
+        raise RunError(f"--completions-per-turn {options.samples} must be at least 1")
     if options.provider is not None and (problem := provider_problem(options.provider)):
         raise RunError(f"openrouter.{problem}; fix [openrouter.provider]")
     return GenerationSettings(
@@ -196,6 +215,7 @@ def generation_settings(options: RunOptions) -> GenerationSettings:
         seed=options.seed,
         reasoning=reasoning,
         provider=options.provider,
+        chat_template_kwargs=options.chat_template_kwargs or None,
     )
 
 
@@ -217,6 +237,112 @@ def check_shard(store: Store, shard: Shard | None, out: Path) -> None:
     raise RunError(f"{out} holds shard {recorded} of the rows but this run has {given}: {hint}")
 
 
+SOURCES = "sources"  # store meta: JSON list of the endpoints (or simulator) that answered
+
+
+async def before_first_request(
+    options: RunOptions,
+    store: Store,
+    base_url: str | list[EndpointSpec],
+    api_key: str | None,
+    simulator=None,
+) -> PlanCount:
+    """Probe every endpoint, then count the plan: an endpoint that cannot be reached or refuses
+    the key, a model it lacks, or an input with nothing to answer stops the run here, in
+    seconds and before any request (``simulator``, if given, is closed then)."""
+    try:
+        probed = await probe_endpoints(
+            base_url,
+            api_key,
+            options.model,
+            resolve_backend(options.backend).dialect,
+            key_variable=options.api_key_env,
+            simulated=simulator is not None,
+        )
+        planned = plan_run(options)
+    except BaseException as exc:
+        if simulator is not None:
+            await simulator.close()
+        if isinstance(exc, ProbeError):
+            raise RunError(str(exc)) from None
+        raise
+    store.set_meta(SOURCES, _merged_sources(store.meta(SOURCES), probed))
+    where = (
+        "the built-in simulator on loopback: the data is synthetic (no --base-url given)"
+        if simulator is not None
+        else ", ".join(f"{r.endpoint} ({r.server}: {r.checked})" for r in probed)
+    )
+    _log.info("sending to %s", where)
+    _log.info(describe_plan(planned, options.out / REJECTED_NAME), extra=_plan_fields(planned))
+    return planned
+
+
+def plan_run(options: RunOptions) -> PlanCount:
+    """Count what the run will ask for, reading the inputs once, and list the rejected rows in
+    ``RUN_DIR/rejected.jsonl``; a RunError if no row has anything to answer."""
+    first: list[Rejection] = []
+
+    def reject(rejection: Rejection) -> None:
+        if not first:
+            first.append(rejection)
+        rejected.write(rejection.as_json() + b"\n")
+
+    try:
+        with open(options.out / REJECTED_NAME, "wb") as rejected:
+            planned = count_plan(read_suite(options.suite()), options.samples, options.shard, reject)
+    except MixError as exc:
+        raise RunError(str(exc)) from None
+    if planned.rows == 0:
+        inputs = ", ".join(str(s.path) for s in options.suite().datasets)
+        raise RunError(f"nothing to generate: the input holds no rows ({inputs})")
+    if planned.answerable == 0:
+        example = (
+            f" (the first, line {first[0].line} of {first[0].input}: {first[0].reason})"
+            if first
+            else ""
+        )
+        which = "the only row of the input was" if planned.rows == 1 else (
+            f"all {planned.rows} rows of the input were"
+        )
+        raise RunError(
+            f"nothing to generate: {which} rejected{example}; every row's reason is in "
+            f"{options.out / REJECTED_NAME}"
+        )
+    return planned
+
+
+def describe_plan(planned: PlanCount, rejected_path: Path) -> str:
+    per_turn = planned.completions_per_turn
+    text = (
+        f"planned {planned.requests} requests: {planned.turns} turns of {planned.shard_rows} "
+        f"rows x {per_turn} completion{'s' if per_turn > 1 else ''} per turn"
+    )
+    if planned.rejected:
+        text += f"; {planned.rejected} rows rejected (reasons in {rejected_path})"
+    return text + "; identical turns are sent once, and turns already stored not again"
+
+
+def _plan_fields(planned: PlanCount) -> dict:
+    return {
+        "planned_requests": planned.requests,
+        "planned_turns": planned.turns,
+        "planned_rows": planned.shard_rows,
+        "rejected": planned.rejected,
+    }
+
+
+def _merged_sources(recorded: str | None, probed: list[ProbeResult]) -> str:
+    """Every endpoint that answered this run directory, across resumes, in first-seen order."""
+    sources = orjson.loads(recorded) if recorded else []
+    for result in probed:
+        # The simulator listens on a new port each run: it is one source however often used.
+        endpoint = "built-in simulator" if result.server == "simulator" else result.endpoint
+        entry = {"endpoint": endpoint, "server": result.server}
+        if entry not in sources:
+            sources.append(entry)
+    return orjson.dumps(sources).decode()
+
+
 async def run(options: RunOptions) -> RunSummary:
     for path in options.inputs if not options.datasets else ():
         if not os.path.isfile(path):
@@ -233,11 +359,13 @@ async def run(options: RunOptions) -> RunSummary:
     try:
         check_shard(store, options.shard, options.out)
         store.check_settings(settings.as_dict())
+        store.check_identity(TOKENIZER_DIGEST, tokenizer_digest(options.tokenizer), "tokenizer")
         simulator = None
         base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
         if base_url is None:
             simulator = await _start_embedded_simulator(options)
-            base_url, api_key = simulator.base_url, "simulator"
+            # Any bearer token passes; not a word that log redaction would then mask everywhere.
+            base_url, api_key = simulator.base_url, "draftgen-embedded-simulator-key"
         else:
             for spec in base_url:
                 check_base_url(spec.url, options.allow_insecure_http)
@@ -246,6 +374,7 @@ async def run(options: RunOptions) -> RunSummary:
                     f"environment variable {options.api_key_env} is not set; export your API key "
                     "in it or name another one with --api-key-env"
                 )
+        await before_first_request(options, store, base_url, api_key, simulator)
         store.set_meta("tokenizer", options.tokenizer)
         store.set_meta("profile", profile.name)
         if options.profile is None:
@@ -253,7 +382,13 @@ async def run(options: RunOptions) -> RunSummary:
         reconstruction = BackgroundReconstruction(options.out, options.tokenizer, profile)
         try:
             progress = await _generate(
-                options, store, settings, base_url, api_key, reconstruction.generation_started
+                options,
+                store,
+                settings,
+                profile,
+                base_url,
+                api_key,
+                reconstruction.generation_started,
             )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -270,23 +405,15 @@ async def run(options: RunOptions) -> RunSummary:
 
 
 DETECTED_PROFILE = "detected_profile"  # store meta: the profile detected for meta "tokenizer"
+TOKENIZER_DIGEST = "tokenizer_digest"  # store meta: tokenizer files and chat template, hashed
 
 
 def run_profile(options: RunOptions) -> ModelProfile:
-    """The run's model profile: ``options.profile``, or the one the tokenizer's vocabulary shows.
+    """The run's model profile: ``options.profile``, or the one the tokenizer shows.
 
-    A resume with the tokenizer its store was made with takes the profile found then, so the
-    tokenizer (~1.5 s to load) is first loaded by reconstruction once generation has started,
-    not before the first request. A new run loads it here: a bad tokenizer stops it at once;
-    so does a backend that is sent prompt ids, as it needs the tokenizer for its first request.
+    The tokenizer is loaded here, before the first request, which is rendered with it: a bad
+    tokenizer stops the run at once.
     """
-    needs_tokenizer = resolve_backend(options.backend).needs_prompt_ids
-    if not needs_tokenizer and (options.out / DB_NAME).exists():
-        with Store(options.out, create=False) as stored:
-            if stored.meta("tokenizer") == options.tokenizer:
-                name = options.profile or stored.meta(DETECTED_PROFILE)
-                if name:
-                    return get_profile(name)
     return resolve_profile(load_tokenizer(options.tokenizer), options.profile)
 
 
@@ -314,6 +441,7 @@ async def _generate(
     options: RunOptions,
     store: Store,
     settings: GenerationSettings,
+    profile: ModelProfile,
     base_url: str | list[EndpointSpec],
     api_key: str,
     started: threading.Event | None = None,
@@ -353,16 +481,26 @@ async def _generate(
             stop.set()
 
     progress.errors = client.stats.errors
+    tokenizer = load_tokenizer(options.tokenizer)
+    renderer = ChatRenderer(tokenizer, profile)
+    variables = request_variables(settings, profile)
+    native = native_turns(options.tokenizer, options.profile) if backend.needs_prompt_ids else None
     rejected = open(options.out / REJECTED_NAME, "wb")
     seen_ids = SourceIds()
 
     async def generate_turn(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
         messages = build_messages(plan, answers)
-        # A server that generates from ids (SGLang /generate) is sent the prompt rendered here.
-        native = (
-            native_turns(options.tokenizer, options.profile) if backend.needs_prompt_ids else None
-        )
-        prompt = await asyncio.to_thread(native.prompt, messages, plan.tools) if native else None
+        # The prompt is rendered once, here, as the server will render it, and stored with the
+        # completion: reconstruction and export read this record, never a new rendering.
+        rendering = await asyncio.to_thread(renderer.render, messages, plan.tools, variables)
+        prompt = None
+        if native is not None:  # a server that generates from ids is sent this rendering's
+            if rendering.error:
+                reason = f"prompt_render_failed: {rendering.error}"
+                await writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
+                progress.turns_failed += 1
+                raise GenerationFailed(reason, [])
+            prompt = await asyncio.to_thread(native.prompt, rendering)
         body = orjson.dumps(
             backend.request_body(
                 settings.for_sample(plan.sample),
@@ -373,7 +511,9 @@ async def _generate(
                 **({"prompt": prompt} if prompt else {}),
             )
         )
-        request = orjson.dumps({"messages": messages, "tools": plan.tools})
+        request = orjson.dumps(
+            {"messages": messages, "tools": plan.tools, "rendering": rendering.as_dict()}
+        )
         if started is not None:
             started.set()
         began = time.monotonic()
@@ -496,9 +636,7 @@ async def _generate(
             plans = plan_turns(item)
             # Checked on every row, whichever shard it is in, so each shard rejects the same.
             problem = seen_ids.duplicate_problem(item, plans) or (
-                None
-                if plans
-                else "row has no user or tool turn left to answer after its last assistant message"
+                None if plans else NOTHING_TO_ANSWER
             )
             if problem:
                 _reject(Rejection(item.input, item.line, problem))

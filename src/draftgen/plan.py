@@ -9,11 +9,16 @@ regenerated answers), so identical prompts share one generation and a resume fin
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import orjson
 
-from draftgen.ingest import Conversation
+from draftgen.ingest import Conversation, Rejection
+from draftgen.shard import Shard
+
+# Why a valid row is rejected when its last message is already an answer.
+NOTHING_TO_ANSWER = "row has no user or tool turn left to answer after its last assistant message"
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,7 @@ class TurnPlan:
     # Messages up to this turn; regenerated answers are {"role": "assistant", "regenerated": i}.
     skeleton: tuple[dict, ...]
     tools: tuple[dict, ...] | None
-    sample: int = 0  # which of the --samples completions of this prompt (0: the first)
+    sample: int = 0  # which of the --completions-per-turn completions (0: the first)
 
 
 def plan_turns(conversation: Conversation) -> list[TurnPlan]:
@@ -67,6 +72,50 @@ def sample_chains(plans: list[TurnPlan], samples: int) -> list[list[TurnPlan]]:
             ]
         )
     return chains
+
+
+@dataclass
+class PlanCount:
+    """What a run will ask for, counted before it sends anything."""
+
+    rows: int = 0  # rows read: conversations and rejected rows, all shards
+    rejected: int = 0  # rows that cannot be used (in this shard)
+    answerable: int = 0  # rows with a turn to answer, in any shard
+    shard_rows: int = 0  # of those, the rows in this run's shard
+    turns: int = 0  # assistant turns of those rows
+    completions_per_turn: int = 1
+
+    @property
+    def requests(self) -> int:
+        """Requests the plan holds: turns times completions (duplicates and stored turns are
+        sent once, and not again, so the run may send fewer)."""
+        return self.turns * self.completions_per_turn
+
+
+def count_plan(
+    items: Iterable[Conversation | Rejection],
+    completions_per_turn: int = 1,
+    shard: Shard | None = None,
+    on_reject: Callable[[Rejection], None] | None = None,
+) -> PlanCount:
+    """Count rows, rejections, turns and requests as the run plans them, one row at a time."""
+    count = PlanCount(completions_per_turn=completions_per_turn)
+    for item in items:
+        count.rows += 1
+        if isinstance(item, Conversation):
+            plans = plan_turns(item)
+            if plans:
+                count.answerable += 1
+                if shard is None or shard.holds_key(plans[0].key):
+                    count.shard_rows += 1
+                    count.turns += len(plans)
+                continue
+            item = Rejection(item.input, item.line, NOTHING_TO_ANSWER)
+        if shard is None or shard.holds_line(item.input, item.line):
+            count.rejected += 1
+            if on_reject is not None:
+                on_reject(item)
+    return count
 
 
 def original_answers(conversation: Conversation) -> list[str]:

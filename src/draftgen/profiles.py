@@ -77,6 +77,39 @@ class ModelProfile:
     # is written only when the model opens the block itself.
     reasoning_pad: tuple[str, str] = ("", "")
     answer_lead: str = ""
+    # The chat template's switch for thinking, which providers set from the request's reasoning
+    # settings (Kimi K2.5 and DeepSeek: ``thinking``; Qwen3 and GLM: ``enable_thinking``); ""
+    # if the family has none (it always thinks, or never).
+    thinking_variable: str = ""
+    # The template variable that takes the reasoning effort (gpt-oss: ``reasoning_effort``).
+    effort_variable: str = ""
+    # The efforts that variable accepts, and what OpenRouter's other efforts become.
+    efforts: tuple[str, ...] = ()
+    # Whether the template takes tool-call arguments as the JSON text (DeepSeek-V3.1 concatenates
+    # it) instead of the parsed object vLLM and SGLang hand to every other family's template.
+    tool_arguments_as_text: bool = False
+    # Python chat encoders (file names under the model's ``encoding/``) that identify the family
+    # when its vocabulary does not (DeepSeek V3.2 shares V4's).
+    encoder_files: tuple[str, ...] = ()
+
+    def template_variables(self, reasoning: dict | None) -> dict:
+        """The template variables a provider sets from OpenRouter's ``reasoning`` object.
+
+        No reasoning setting leaves the template's own default (which the provider may or may
+        not change: verification proves the mode from the response instead of assuming it).
+        """
+        if not reasoning:
+            return {}
+        effort = reasoning.get("effort")
+        enabled = reasoning.get("enabled")
+        budget = reasoning.get("max_tokens")
+        thinking = not (effort == "none" or enabled is False or budget == 0)
+        variables: dict = {}
+        if self.thinking_variable:
+            variables[self.thinking_variable] = thinking
+        if self.effort_variable and thinking and isinstance(effort, str):
+            variables[self.effort_variable] = _nearest_effort(effort, self.efforts)
+        return variables
 
     def turn_end(self, tool_turn: bool) -> str:
         """The end-of-turn text of a turn with (or without) tool calls."""
@@ -269,6 +302,7 @@ KIMI_K2 = ModelProfile(
     ),
     reasoning_split_markers=("</think>", "<|tool_calls_section_begin|>"),
     tool_call_format=KIMI_TOOL_CALLS,
+    thinking_variable="thinking",
 )
 
 DEEPSEEK_V3 = ModelProfile(
@@ -286,6 +320,8 @@ DEEPSEEK_V3 = ModelProfile(
     ),
     reasoning_split_markers=("</think>",),
     tool_call_format=DEEPSEEK_TOOL_CALLS,
+    thinking_variable="thinking",
+    tool_arguments_as_text=True,
 )
 
 QWEN3 = ModelProfile(
@@ -297,6 +333,7 @@ QWEN3 = ModelProfile(
     tool_call_tokens=("<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=QWEN3_TOOL_CALLS,
+    thinking_variable="enable_thinking",
     # Qwen3 writes "<think>\nR\n</think>\n\nA".
     reasoning_pad=("\n", "\n"),
     answer_lead="\n\n",
@@ -313,6 +350,10 @@ DEEPSEEK_V32 = ModelProfile(
     tool_call_tokens=("｜DSML｜",),
     reasoning_split_markers=("</think>",),
     tool_call_format=DSML_TOOL_CALLS,
+    thinking_variable="thinking",
+    # The published encoder json.loads the arguments itself (a parsed object makes it raise).
+    tool_arguments_as_text=True,
+    encoder_files=("encoding_dsv32.py",),
     tool_call_format_unconfirmed=(
         "DeepSeek V3.2's DSML tool-call markup is written from its encoder's published shape; "
         "its whitespace and parameter typing are unconfirmed"
@@ -341,6 +382,7 @@ GLM = ModelProfile(
     ),
     reasoning_split_markers=("</think>",),
     tool_call_format=GLM_TOOL_CALLS,
+    thinking_variable="enable_thinking",
     think_lead="\n",
     tool_call_end_of_turn="<|observation|>",
     answer_lead="\n",
@@ -377,6 +419,8 @@ GPT_OSS = ModelProfile(
     tool_content_start="<|start|>assistant<|channel|>commentary<|message|>",
     tool_content_end="<|end|>",
     tool_call_end_of_turn="<|call|>",
+    effort_variable="reasoning_effort",
+    efforts=("low", "medium", "high"),
 )
 
 # Detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>). The
@@ -446,12 +490,16 @@ def get_profile(name: str) -> ModelProfile:
         ) from None
 
 
-def detect_profile(vocab: dict[str, int] | set[str]) -> ModelProfile:
-    """Pick the profile whose marker tokens are all in the vocabulary (specials included).
+def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> ModelProfile:
+    """Pick the profile of the model's Python chat encoder (``encoder_file``, a file name under
+    ``encoding/``), else the one whose marker tokens are all in the vocabulary (specials too).
 
     Kimi is tried before Qwen3 because both use ``<|im_end|>``; only Kimi has ``<|im_middle|>``.
-    Every DeepSeek vocabulary gets deepseek-v3 (V3.1's markup); deepseek-v3.2 is forced by name.
+    A DeepSeek vocabulary without an encoder gets deepseek-v3 (V3.1's markup).
     """
+    for profile in PROFILES.values():
+        if encoder_file and encoder_file in profile.encoder_files:
+            return profile
     for profile in DETECTION_ORDER:
         if all(token in vocab for token in profile.marker_tokens):
             return profile
@@ -459,6 +507,21 @@ def detect_profile(vocab: dict[str, int] | set[str]) -> ModelProfile:
     raise UnknownProfileError(
         f"no model profile matches this tokenizer's special tokens: pass --profile ({known})"
     )
+
+
+# OpenRouter's efforts from least to most, to map them onto a family's fewer ones.
+OPENROUTER_EFFORTS = ("minimal", "low", "medium", "high", "xhigh", "max")
+
+
+def _nearest_effort(effort: str, accepted: tuple[str, ...]) -> str:
+    """``effort`` if the template accepts it, else the nearest accepted one (minimal -> low)."""
+    if effort in accepted or not accepted or effort not in OPENROUTER_EFFORTS:
+        return effort
+    rank = OPENROUTER_EFFORTS.index(effort)
+    known = [
+        (abs(OPENROUTER_EFFORTS.index(a) - rank), a) for a in accepted if a in OPENROUTER_EFFORTS
+    ]
+    return min(known)[1] if known else effort
 
 
 # Ways a provider may have serialised a call's ``arguments``: as the model wrote them, or

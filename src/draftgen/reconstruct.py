@@ -13,18 +13,25 @@ path still runs beside them and its agreement is ``TokenSample.text_check``.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
 from draftgen.records import Completion, StoredCompletion, TokenSample
+from draftgen.rendering import ChatRenderer, RenderError
 from draftgen.verify import (
+    PROMPT_DATE_UNPROVEN,
+    PROMPT_MODE_UNPROVEN,
+    PROMPT_RENDER_FAILED,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
     verify_logprob_ids,
     verify_sample,
     verify_server_ids,
+    with_doubts,
 )
 
 # ``TokenSample.text_check`` values besides a text-path reason code.
@@ -165,7 +172,10 @@ def reconstruct_sample(
     completion_ids = list(completion.completion_token_ids)
     server_ids = prompt_ids + completion_ids
     text_check = text_check_of(text_sample, server_ids)
-    template_agrees = text_sample.input_ids[: text_sample.prompt_len] == prompt_ids
+    # A prompt draftgen could not render is no doubt about the server's own ids.
+    template_agrees = text_sample.reason == PROMPT_RENDER_FAILED or (
+        text_sample.input_ids[: text_sample.prompt_len] == prompt_ids
+    )
     verdict = verify_server_ids(
         stored=stored,
         profile=profile,
@@ -210,11 +220,13 @@ def reconstruct_from_logprobs(
 
     if completion.tool_calls:
         return unusable("structured tool calls are rebuilt from text")
+    if text_sample.reason == PROMPT_RENDER_FAILED:
+        return text_sample
     table = token_bytes_table(tokenizer)
     logprob_ids = [table.get(token) for token in completion.logprob_bytes or ()]
     if None in logprob_ids:
         return unusable("a logprob token's bytes are not one token of this tokenizer")
-    prompt_text, prompt_ids = rendered_prompt(stored, tokenizer)
+    prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
     reading = read_completion(completion, prompt_text, profile)
     content = completion.content or ""
     while content.endswith(profile.end_of_turn):
@@ -237,6 +249,9 @@ def reconstruct_from_logprobs(
                 logprob_text=tok.decode(tokenizer, logprob_ids),
                 notes=reading.notes,
             )
+            if verdict.verified:
+                doubts = prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
+                verdict = with_doubts(verdict, doubts)
             return TokenSample(
                 key=stored.key,
                 input_ids=prompt_ids + ids,
@@ -291,17 +306,221 @@ def _byte_decoder() -> dict[str, int]:
     return mapping
 
 
-def rendered_prompt(stored: StoredCompletion, tokenizer: Any) -> tuple[str, list[int]]:
-    """The prompt through the chat template, as text and as the ids the model was given."""
-    text = tok.render_prompt(tokenizer, stored.messages, stored.tools)
-    return text, tok.encode(tokenizer, text)
+def renderer_for(tokenizer: Any, profile: ModelProfile) -> ChatRenderer:
+    """The renderer of a tokenizer (unwrapped from a batch cache) and profile, cached."""
+    inner = getattr(tokenizer, "inner", tokenizer)
+    key = (id(inner), profile.name)
+    cached = _RENDERERS.get(key)
+    if cached is None or cached.tokenizer is not inner:
+        cached = _RENDERERS[key] = ChatRenderer(inner, profile)
+    return cached
+
+
+_RENDERERS: dict[tuple[int, str], ChatRenderer] = {}
+
+
+def recorded_prompt(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
+) -> tuple[str, list[int]]:
+    """The prompt the request was built with, as text and as the ids the model was given.
+
+    It is the rendering recorded with the request; a store from before renderings were recorded
+    is rendered now with the template's defaults. Raises ``RenderError`` if rendering failed.
+    """
+    rendering = stored.rendering
+    if rendering is None:
+        rendering = renderer_for(tokenizer, profile).render(stored.messages, stored.tools)
+    if rendering.error:
+        raise RenderError(rendering.error)
+    if rendering.ids is not None:
+        return rendering.text, list(rendering.ids)
+    return rendering.text, tok.encode(tokenizer, rendering.text)
+
+
+def prompt_doubts(
+    stored: StoredCompletion,
+    tokenizer: Any,
+    profile: ModelProfile,
+    prompt_text: str,
+    prompt_ids: list[int],
+) -> list[tuple[str, str]]:
+    """What the counts cannot prove about the prompt: its thinking mode, or its date."""
+    doubts = []
+    mode = _mode_doubt(stored, tokenizer, profile, prompt_text, prompt_ids)
+    if mode:
+        doubts.append((PROMPT_MODE_UNPROVEN, mode))
+    date = _date_doubt(stored, tokenizer, profile, prompt_text)
+    if date:
+        doubts.append((PROMPT_DATE_UNPROVEN, date))
+    return doubts
+
+
+def _mode_doubt(
+    stored: StoredCompletion,
+    tokenizer: Any,
+    profile: ModelProfile,
+    prompt_text: str,
+    prompt_ids: list[int],
+) -> str:
+    """Why the thinking mode of the prompt is unproven ("" if it is proven or unambiguous).
+
+    A rendering with the thinking switch the other way that ends in another mode, has the same
+    token count, and after which the completion can also be read with the provider's count, is
+    what the server may have rendered instead (``<think>`` and ``</think>`` are one token each).
+    Then only the response can tell: reasoning (or a closed think block in the content) shows a
+    thinking prompt, none a non-thinking one.
+    """
+    variable = profile.thinking_variable
+    if not variable:
+        return ""
+    rendering = stored.rendering
+    variables = dict(rendering.variables) if rendering is not None else {}
+    instant = (rendering.instant if rendering is not None else None) or _recorded_or_now(stored)
+    mode = prompt_mode(prompt_text, profile)
+    renderer = renderer_for(tokenizer, profile)
+    rival = ""
+    for value in (True, False):
+        if variables.get(variable) is value:
+            continue
+        other = {**variables, variable: value}
+        try:
+            text = renderer.text(stored.messages, stored.tools, other, instant)
+        except Exception:  # the other switch may not render at all: then it is no rival
+            continue
+        if text == prompt_text or prompt_mode(text, profile) == mode:
+            continue
+        if renderer.encodes_chat:
+            rival_ids = renderer.render(stored.messages, stored.tools, other, instant).ids or ()
+            same = len(rival_ids) == len(prompt_ids)
+        else:
+            same = _same_count(tokenizer, prompt_text, len(prompt_ids), text)
+        if same and _reading_fits(stored.completion, text, tokenizer, profile):
+            rival = f"{variable}={value}"
+            break
+    if not rival:
+        return ""
+    completion = stored.completion
+    shows_thinking = bool(completion.reasoning) or profile.think_end in (completion.content or "")
+    if shows_thinking == (mode != "closed"):
+        return ""
+    said = "returned reasoning" if shows_thinking else "returned no reasoning"
+    return (
+        f"the prompt rendered with {rival} has the same token count and the response "
+        f"{said}, so the {mode} thinking prompt is not proven"
+    )
+
+
+def _reading_fits(
+    completion: Completion, prompt_text: str, tokenizer: Any, profile: ModelProfile
+) -> bool:
+    """Whether some reading of the completion after this prompt has the provider's count."""
+    expected = completion.completion_tokens
+    reading = read_completion(completion, prompt_text, profile)
+    return any(len(tok.encode(tokenizer, text)) == expected for text in reading.texts)
+
+
+def _date_doubt(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile, prompt_text: str
+) -> str:
+    """Why the date in the prompt is unproven: the request spanned midnight (UTC) and the
+    template renders another text on the later day ("" otherwise)."""
+    rendering = stored.rendering
+    if rendering is None or rendering.instant is None or stored.stored_at is None:
+        return ""
+    sent = rendering.instant
+    received = dt.datetime.fromtimestamp(stored.stored_at, dt.UTC).replace(microsecond=0)
+    if received.date() == sent.date():
+        return ""
+    renderer = renderer_for(tokenizer, profile)
+    try:
+        later = renderer.text(stored.messages, stored.tools, dict(rendering.variables), received)
+    except Exception:
+        return ""
+    if later == prompt_text:
+        return ""
+    return (
+        f"the template stamps the date and the request was in flight across midnight UTC "
+        f"({sent.isoformat()} to {received.isoformat()}), so the server's date is unknown"
+    )
+
+
+def _recorded_or_now(stored: StoredCompletion) -> dt.datetime:
+    if stored.stored_at is not None:
+        return dt.datetime.fromtimestamp(stored.stored_at, dt.UTC).replace(microsecond=0)
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def _same_count(tokenizer: Any, text: str, count: int, other: str) -> bool:
+    """Whether ``other`` encodes to ``count`` ids, as ``text`` does.
+
+    Only what follows their common prefix is encoded, from the end of the last special token
+    in it: ids never merge across a special token, so the prefix's ids are the same in both.
+    """
+    common = 0
+    for a, b in zip(text, other, strict=False):
+        if a != b:
+            break
+        common += 1
+    cut = _last_special_end(tokenizer, text, common)
+    if cut == 0:
+        return len(tok.encode(tokenizer, other)) == count
+    return len(tok.encode(tokenizer, text[cut:])) == len(tok.encode(tokenizer, other[cut:]))
+
+
+# How far back from a divergence the last special token is looked for (then all is encoded).
+_SPECIAL_WINDOW = 4096
+
+
+def _last_special_end(tokenizer: Any, text: str, limit: int) -> int:
+    pattern = _special_pattern(getattr(tokenizer, "inner", tokenizer))
+    start = max(0, limit - _SPECIAL_WINDOW)
+    end = 0
+    for match in pattern.finditer(text, start, limit) if pattern is not None else ():
+        end = match.end()
+    return end
+
+
+_SPECIAL_PATTERNS: dict[int, tuple[Any, re.Pattern | None]] = {}
+
+
+def _special_pattern(tokenizer: Any) -> re.Pattern | None:
+    """Every added token of the tokenizer, longest first, as one pattern (cached); those that
+    take neighbouring whitespace (``lstrip``/``rstrip``) are left out: no clean cut there."""
+    cached = _SPECIAL_PATTERNS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    texts = sorted(
+        {
+            str(token)
+            for token in decoder.values()
+            if not getattr(token, "lstrip", False) and not getattr(token, "rstrip", False)
+        },
+        key=len,
+        reverse=True,
+    )
+    pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
+    _SPECIAL_PATTERNS[id(tokenizer)] = (tokenizer, pattern)
+    return pattern
 
 
 def reconstruct_from_text(
     stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
 ) -> TokenSample:
     completion = stored.completion
-    prompt_text, prompt_ids = rendered_prompt(stored, tokenizer)
+    try:
+        prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
+    except RenderError as exc:
+        return TokenSample(
+            key=stored.key,
+            input_ids=[],
+            prompt_len=0,
+            verified=False,
+            reason=PROMPT_RENDER_FAILED,
+            detail=f"the chat template could not render this prompt: {exc}",
+            truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
+            id_source="text",
+        )
     reading = read_completion(completion, prompt_text, profile)
     encoded = [tok.encode(tokenizer, text) for text in reading.texts]
     expected = completion.completion_tokens
@@ -320,6 +539,10 @@ def reconstruct_from_text(
         notes=reading.notes_of(chosen),
         whitespace_repair=repair,
     )
+    if verdict.verified:
+        verdict = with_doubts(
+            verdict, prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
+        )
     return TokenSample(
         key=stored.key,
         input_ids=prompt_ids + completion_ids,

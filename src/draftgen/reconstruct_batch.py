@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from draftgen import tokenizer as tok
 from draftgen.profiles import ModelProfile
-from draftgen.reconstruct import read_completion, reconstruct_sample
+from draftgen.reconstruct import read_completion, reconstruct_sample, renderer_for
 from draftgen.records import StoredCompletion, TokenSample
-
-_RENDER_KWARGS = ({"tokenize": False, "add_generation_prompt": True}, {"tools"})
 
 
 class PreEncodedTokenizer:
@@ -30,24 +29,9 @@ class PreEncodedTokenizer:
         self._ids: dict[str, list[int]] = {}
         self._texts_decoded: dict[str, str] = {}
         self._decoded: dict[int, tuple[list[int], list[int], str]] = {}
-        self._prompts: dict[int, tuple[list[dict], object, str]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-    def render(self, messages: list[dict], tools: list[dict] | None) -> str:
-        text = tok.render_prompt(self.inner, messages, tools)
-        self._prompts[id(messages)] = (messages, tools, text)
-        return text
-
-    def apply_chat_template(self, messages, **kwargs):
-        entry = self._prompts.get(id(messages))
-        base, optional = _RENDER_KWARGS
-        plain = {k: v for k, v in kwargs.items() if k not in optional}
-        if entry is not None and entry[0] is messages and plain == base:
-            if kwargs.get("tools") is entry[1] or (not kwargs.get("tools") and not entry[1]):
-                return entry[2]
-        return self.inner.apply_chat_template(messages, **kwargs)
 
     def encode_ahead(self, texts: list[str]) -> None:
         """Encode and decode ``texts`` in batches; the GIL is released while Rust works."""
@@ -109,13 +93,23 @@ def batch_encoding_agrees(tokenizer: Any, text: str) -> bool:
 def prepare(
     batch: list[StoredCompletion], tokenizer: Any, profile: ModelProfile
 ) -> tuple[PreEncodedTokenizer, list[str]]:
-    """Render each prompt and list every text its reconstruction will encode (holds the GIL)."""
+    """List every text the batch's reconstruction will encode (holds the GIL).
+
+    Prompts are the renderings recorded with the requests; a store from before they were
+    recorded is rendered here with the template's defaults, once per completion.
+    """
     cached = PreEncodedTokenizer(tokenizer)
     texts: list[str] = []
-    for stored in batch:
-        prompt_text = cached.render(stored.messages, stored.tools)
-        texts.append(prompt_text)
-        texts.extend(read_completion(stored.completion, prompt_text, profile).texts)
+    for index, stored in enumerate(batch):
+        rendering = stored.rendering
+        if rendering is None:
+            rendering = renderer_for(tokenizer, profile).render(stored.messages, stored.tools)
+            batch[index] = replace(stored, rendering=rendering)
+        if rendering.error:
+            continue
+        if rendering.ids is None:
+            texts.append(rendering.text)
+        texts.extend(read_completion(stored.completion, rendering.text, profile).texts)
     return cached, texts
 
 
@@ -134,7 +128,7 @@ def reconstruct_batches(
             if not batch:
                 continue
             cached, texts = prepare(batch, tokenizer, profile)
-            if fast is None:
+            if fast is None and texts:
                 fast = batch_encoding_agrees(tokenizer, texts[-1])
             job = encoder.submit(cached.encode_ahead, texts) if fast else None
             if waiting is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
 
 
@@ -17,6 +18,8 @@ class GenerationSettings:
     seed: int | None = None  # sample k of a prompt is sent seed + k
     reasoning: dict | None = None  # OpenRouter ``reasoning``: {"effort": ...} or {"max_tokens": n}
     provider: dict | None = None  # OpenRouter ``provider`` routing preferences
+    # Template variables sent to vLLM/SGLang as ``chat_template_kwargs`` and used locally.
+    chat_template_kwargs: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +73,44 @@ class Completion:
         return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+@dataclass(frozen=True)
+class Rendering:
+    """The prompt of one request as the server was expected to render it.
+
+    ``ids`` is set when the tokenizer encodes chat itself (its ``apply_chat_template`` is its
+    own code): those ids, not the text re-encoded, are the prompt. ``error`` is the template's
+    own message when rendering failed (then ``text`` is empty).
+    """
+
+    text: str
+    variables: dict = field(default_factory=dict)
+    now: str = ""  # ISO-8601 UTC instant the template's clock (strftime_now) was set to
+    ids: list[int] | None = None
+    error: str = ""
+
+    def as_dict(self) -> dict:
+        record: dict = {"text": self.text, "variables": self.variables, "now": self.now}
+        if self.ids is not None:
+            record["ids"] = self.ids
+        if self.error:
+            record["error"] = self.error
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict) -> Rendering:
+        return cls(
+            text=record.get("text") or "",
+            variables=dict(record.get("variables") or {}),
+            now=record.get("now") or "",
+            ids=record.get("ids"),
+            error=record.get("error") or "",
+        )
+
+    @property
+    def instant(self) -> dt.datetime | None:
+        return dt.datetime.fromisoformat(self.now) if self.now else None
+
+
 @dataclass
 class StoredCompletion:
     """A completion as read back from the store, with the exact request that produced it."""
@@ -80,6 +121,13 @@ class StoredCompletion:
     messages: list[dict]
     tools: list[dict] | None
     completion: Completion
+    # The prompt as rendered when the request was built (None: a store from before renderings
+    # were recorded, rendered again with the template's defaults).
+    rendering: Rendering | None = None
+    # When the completion was stored (seconds since the epoch) and how long its request took:
+    # together with ``rendering.now`` they bound the provider's clock while it rendered.
+    stored_at: float | None = None
+    latency: float | None = None
 
 
 @dataclass

@@ -14,6 +14,7 @@ import concurrent.futures
 import fcntl
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from draftgen.records import Completion, StoredCompletion, TokenSample
+from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -143,6 +144,11 @@ class Store:
     def __init__(self, run_dir: Path, *, create: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / DB_NAME
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise StoreError(
+                f"{self.run_dir} is a file, not a run directory; give a directory (new or a "
+                "run's) instead"
+            )
         if not create and not self.path.exists():
             raise StoreError(f"{self.run_dir} holds no draftgen run ({DB_NAME} is missing)")
         try:
@@ -183,6 +189,21 @@ class Store:
             raise StoreError(
                 f"{self.run_dir} was generated with other settings: {', '.join(changed)}; "
                 "rerun with the stored settings to resume, or choose a new --out directory"
+            )
+
+    def check_identity(self, name: str, value: str, what: str) -> None:
+        """Record ``value`` under meta ``name``, or refuse if the store has another one.
+
+        A store from before ``name`` was recorded takes the value it is resumed with.
+        """
+        stored = self.meta(name)
+        if stored is None:
+            self.set_meta(name, value)
+        elif stored != value:
+            raise StoreError(
+                f"{self.run_dir} was generated with another {what} ({name} {stored[:12]}, now "
+                f"{value[:12]}); resume with the {what} it was made with, or choose a new --out "
+                "directory"
             )
 
     def meta(self, name: str) -> str | None:
@@ -417,6 +438,7 @@ class Store:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "retried_attempts": one("SELECT coalesce(sum(attempts - 1), 0) FROM completions")[0],
+            "retried_errors": self.retried_errors(),
             "failures": dict(
                 self.db.execute(
                     "SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"
@@ -436,12 +458,48 @@ class Store:
                     "SELECT reason, count(*) FROM samples GROUP BY reason ORDER BY 2 DESC"
                 )
             ),
-            "unreconstructed": one(
-                "SELECT count(*) FROM completions WHERE key NOT IN (SELECT key FROM samples)"
-            )[0],
+            "unreconstructed": self.unreconstructed(),
             "exactness": self.exactness(),
             "endpoints": self.endpoint_figures(),
+            **self.rejected_rows(),
+            "active_run": RunLock.holder(self.run_dir, ignore_own=True),
         }
+
+    def unreconstructed(self) -> int:
+        """Stored completions without a sample yet (an export leaves them out)."""
+        return self.db.execute(
+            "SELECT count(*) FROM completions WHERE key NOT IN (SELECT key FROM samples)"
+        ).fetchone()[0]
+
+    def retried_errors(self) -> dict[str, int]:
+        """Failed attempts that were tried again, by kind: every error of a stored completion,
+        and all but the last of a final failure (the last one is the failure itself)."""
+        rows = self.db.execute(
+            "SELECT coalesce(json_extract(e.value, '$.kind'), 'unknown'), count(*) FROM ("
+            " SELECT c.errors AS errors, -1 AS last FROM completions c WHERE c.errors IS NOT NULL"
+            " UNION ALL SELECT f.errors, json_array_length(f.errors) - 1 FROM failures f"
+            " WHERE f.errors IS NOT NULL) AS t, json_each(t.errors) AS e"
+            " WHERE t.last < 0 OR e.key < t.last GROUP BY 1 ORDER BY 2 DESC, 1"
+        )
+        return dict(rows)
+
+    def rejected_rows(self) -> dict:
+        """``rejected``: rows the last run over this directory could not use (the lines of
+        ``rejected.jsonl``), and ``rejected_reasons``: how many for each kind of reason."""
+        path = self.run_dir / REJECTED_NAME
+        reasons: collections.Counter = collections.Counter()
+        try:
+            with open(path, "rb") as handle:
+                for line in handle:
+                    if line.strip():
+                        try:
+                            reason = orjson.loads(line).get("reason")
+                        except (orjson.JSONDecodeError, AttributeError):
+                            reason = None
+                        reasons[rejection_kind(reason if isinstance(reason, str) else "")] += 1
+        except FileNotFoundError:
+            pass
+        return {"rejected": sum(reasons.values()), "rejected_reasons": dict(reasons.most_common())}
 
     def endpoint_figures(self) -> dict[str, dict]:
         """Per endpoint (base URL): attempts sent, completions served, failed attempts by kind,
@@ -552,6 +610,26 @@ class RunLock:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+    @staticmethod
+    def holder(run_dir: Path, ignore_own: bool = False) -> str | None:
+        """Who holds the lock now (``"pid N"``: a run is working on the directory), or None.
+
+        Reading takes no lock a run would wait for: a shared lock is tried and let go at once.
+        ``ignore_own``: this process's own run is not "another run" (a run's final summary).
+        """
+        try:
+            handle = open(Path(run_dir) / LOCK_NAME)
+        except OSError:
+            return None  # never locked (no lock file) or unreadable: no run can hold it
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = handle.read().strip() or "another process"
+                return None if ignore_own and holder == f"pid {os.getpid()}" else holder
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
 
 
 class CompletionWriter:
@@ -667,6 +745,16 @@ class CompletionWriter:
                 future.set_result(None)
 
 
+def rejection_kind(reason: str) -> str:
+    """A rejection reason without its row's particulars, so that alike rows count together:
+    "messages[3] has unknown role 'x'; use one of ..." is "messages[i] has unknown role 'x'"."""
+    kind = re.split(r"; | \(", reason, maxsplit=1)[0].strip()
+    kind = re.sub(r"\[\d+\]", "[i]", kind)
+    kind = re.sub(r"\bid '[^']*'", "id '…'", kind)
+    kind = re.sub(r"\b\d+\b", "N", kind)
+    return kind or "unknown"
+
+
 def sample_row(sample: TokenSample) -> tuple:
     return (
         sample.key,
@@ -709,6 +797,13 @@ def _stored_completion(row: dict) -> StoredCompletion:
         messages=request["messages"],
         tools=request.get("tools"),
         completion=completion,
+        rendering=(
+            Rendering.from_dict(request["rendering"])
+            if isinstance(request.get("rendering"), dict)
+            else None
+        ),
+        stored_at=row.get("created_at"),
+        latency=row.get("latency"),
     )
 
 

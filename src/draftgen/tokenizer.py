@@ -30,33 +30,69 @@ def load_tokenizer(spec: str) -> Any:
     if spec.startswith(FIXTURE_PREFIX):
         from draftgen.fixtures import build_fixture
 
-        path = str(build_fixture(spec[len(FIXTURE_PREFIX) :]))
+        try:
+            path = str(build_fixture(spec[len(FIXTURE_PREFIX) :]))
+        except ValueError as exc:  # an unknown name: the message lists the fixtures
+            raise TokenizerLoadError(str(exc)) from None
+    elif not os.path.isdir(spec) and (
+        spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec)
+    ):
+        # A path, not a hub id (ORG/NAME): say so instead of the hub's complaint about its form.
+        raise TokenizerLoadError(
+            f"tokenizer {spec!r} is not a directory; pass the directory holding the target's "
+            "tokenizer_config.json, a hub id (ORG/NAME), or fixture:NAME"
+        )
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     except Exception as exc:  # transformers raises many types; the user needs one sentence
+        if _is_removed_bytes_to_unicode(exc):
+            raise TokenizerLoadError(
+                f"cannot load tokenizer {spec!r}: its remote code imports bytes_to_unicode from "
+                f"transformers.models.gpt2.tokenization_gpt2, which transformers "
+                f"{transformers.__version__} no longer has; update the model's tokenizer files as "
+                "Moonshot did upstream (import bytes_to_unicode from "
+                "transformers.convert_slow_tokenizer), or install transformers<5"
+            ) from exc
+        first_line = (str(exc).strip().splitlines() or [""])[0]
         raise TokenizerLoadError(
-            f"cannot load tokenizer {spec!r} ({exc.__class__.__name__}: {exc}); pass a local "
-            "tokenizer directory, a hub id reachable from this machine, or fixture:NAME"
+            f"cannot load tokenizer {spec!r} ({exc.__class__.__name__}: {first_line}); pass a "
+            "local tokenizer directory, a hub id reachable from this machine, or fixture:NAME"
         ) from exc
-    if not getattr(tokenizer, "chat_template", None):
+    if not getattr(tokenizer, "chat_template", None) and not _has_own_chat_encoding(tokenizer):
         raise TokenizerLoadError(
             f"tokenizer {spec!r} has no chat template: prompt ids must come from the target's own "
-            "template, so use a tokenizer directory whose tokenizer_config.json has chat_template"
+            "template, so use a tokenizer directory whose tokenizer_config.json has chat_template "
+            "(or the model's encoding/encoding_*.py chat encoder beside it)"
         )
     return tokenizer
+
+
+def _is_removed_bytes_to_unicode(exc: BaseException) -> bool:
+    """Whether loading failed on the import transformers 5 removed, which older copies of Kimi's
+    ``tokenization_kimi.py`` make (transformers issue #43726)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ImportError) and "bytes_to_unicode" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _has_own_chat_encoding(tokenizer: Any) -> bool:
+    """A Python chat encoder in the directory, or a class that encodes chat itself."""
+    from draftgen.rendering import encoder_path, tokenizer_encodes_chat
+
+    directory = getattr(tokenizer, "name_or_path", "") or ""
+    if directory and os.path.isdir(directory) and encoder_path(directory) is not None:
+        return True
+    return tokenizer_encodes_chat(tokenizer)
 
 
 def full_vocab(tokenizer: Any) -> dict[str, int]:
     """The vocabulary including added special tokens."""
     return tokenizer.get_vocab()
-
-
-def render_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None) -> str:
-    """The prompt text exactly as an inference server renders it for these messages."""
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
-    if tools:
-        kwargs["tools"] = tools
-    return tokenizer.apply_chat_template(messages, **kwargs)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -65,4 +101,63 @@ def encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def decode(tokenizer: Any, ids: list[int]) -> str:
-    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    # Slow tokenizers under transformers 4 (Kimi's remote code) put a space around every added
+    # token that is not special (K2.5's <think> and tool-call tokens) unless told not to.
+    return tokenizer.decode(
+        ids,
+        skip_special_tokens=False,
+        clean_up_tokenization_spaces=False,
+        spaces_between_special_tokens=False,
+    )
+
+
+# Files of a tokenizer directory that decide ids or the chat format (weights and configs of
+# the model itself are not read).
+_IDENTITY_PATTERNS = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "*.tiktoken",
+    "*.model",
+    "tiktoken.model",
+    "tokenization_*.py",
+    "tool_declaration*.py",
+    "encoding/*.py",
+)
+
+
+@functools.lru_cache(maxsize=8)
+def tokenizer_digest(spec: str) -> str:
+    """A digest of what decides a run's ids: the tokenizer's files and chat template (or encoder).
+
+    A local directory (a fixture's too) is hashed file by file; a hub id by what the loaded
+    tokenizer holds (class, vocabulary, added tokens, chat template).
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    tokenizer = load_tokenizer(spec)
+    directory = getattr(tokenizer, "name_or_path", "") or ""
+    if os.path.isdir(directory):
+        from pathlib import Path
+
+        root = Path(directory)
+        files = sorted({p for pattern in _IDENTITY_PATTERNS for p in root.glob(pattern)})
+        for path in files:
+            if path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+        return digest.hexdigest()
+    import orjson
+
+    added = {i: str(t) for i, t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items()}
+    digest.update(type(tokenizer).__name__.encode())
+    digest.update(orjson.dumps(sorted(full_vocab(tokenizer).items())))
+    digest.update(orjson.dumps(sorted(added.items())))
+    digest.update(orjson.dumps(getattr(tokenizer, "chat_template", None)))
+    return digest.hexdigest()

@@ -39,6 +39,14 @@ TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
 SERVER_COUNT_MISMATCH = "server_count_mismatch"
 # Logprob token bytes that do not spell the delivered content (misaligned or another choice's).
 LOGPROB_TEXT_MISMATCH = "logprob_text_mismatch"
+# The prompt could not be rendered (the template or encoder raised): its message is the detail.
+PROMPT_RENDER_FAILED = "prompt_render_failed"
+# A rendering with the thinking switch the other way has the same token count, and the response
+# does not show which one the server used (reasoning returned <-> a thinking prompt).
+PROMPT_MODE_UNPROVEN = "prompt_mode_unproven"
+# The template stamps the date and the request was in flight across midnight (UTC): which day
+# the server rendered cannot be told from a count.
+PROMPT_DATE_UNPROVEN = "prompt_date_unproven"
 # Notes left by the reading of a completion with structured tool calls.
 TOOL_CALLS_REBUILT = "tool_calls_rebuilt"
 TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"
@@ -205,6 +213,14 @@ def verify_logprob_ids(
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
     return _verdict(failures, details)
+
+
+def with_doubts(verdict: Verdict, doubts: list[tuple[str, str]]) -> Verdict:
+    """A verified verdict failed by doubts about the prompt the counts cannot settle."""
+    if not doubts or not verdict.verified:
+        return verdict
+    detail = "; ".join(d for d in (verdict.detail, *(text for _, text in doubts)) if d)
+    return Verdict(False, doubts[0][0], detail)
 
 
 def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:

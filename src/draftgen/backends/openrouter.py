@@ -45,7 +45,7 @@ def request_body(
         body["tools"] = list(tools)
     if settings.max_tokens is not None:
         body["max_tokens"] = settings.max_tokens
-    for name in ("temperature", "top_p", "seed", "reasoning", "provider"):
+    for name in ("temperature", "top_p", "seed", "reasoning", "provider", "chat_template_kwargs"):
         value = getattr(settings, name)
         if value is not None:
             body[name] = value

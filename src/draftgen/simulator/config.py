@@ -45,6 +45,12 @@ QUIRKS: tuple[str, ...] = (
     "tool_call_text",  # raw tool-call markup inside content, tool_calls null
     "reasoning_content_field",  # reasoning delivered as "reasoning_content"
 )
+# Quirks of how the provider renders the prompt, drawn per request before rendering.
+REQUEST_QUIRKS: tuple[str, ...] = (
+    # It ignores the request's reasoning switch and renders the template's default: the prompt
+    # is not the one the client rendered (only requests that send a reasoning setting).
+    "ignore_thinking_switch",
+)
 # Quirks of structured tool calls: they apply only when the request carried ``tools`` and the
 # model made a call (``tool_call_rate``). A reading recovers both, but cannot prove it.
 TOOL_CALL_QUIRKS: tuple[str, ...] = (
@@ -68,6 +74,10 @@ INEXACT_QUIRKS: frozenset[str] = frozenset(
         "rename_tool_call_id",
     }
 )
+
+
+class SimConfigError(ValueError):
+    """A simulator setting that cannot work; the message names it."""
 
 
 @dataclass
@@ -95,33 +105,33 @@ class SimConfig:
     fail_after: int | None = None
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first setting that cannot work."""
+        """Raise ``SimConfigError`` naming the first setting that cannot work."""
         for kind, rates, known in (
             ("fault", self.faults, FAULTS),
-            ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS),
+            ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS + REQUEST_QUIRKS),
         ):
             for name, rate in rates.items():
                 if name not in known:
-                    raise ValueError(
+                    raise SimConfigError(
                         f"unknown simulator {kind} {name!r}: use one of {', '.join(known)}"
                     )
                 if not 0.0 <= float(rate) <= 1.0:
-                    raise ValueError(f"{kind} {name!r} probability {rate} is not within 0..1")
+                    raise SimConfigError(f"{kind} {name!r} probability {rate} is not within 0..1")
         if self.min_tokens < 1 or self.max_tokens < self.min_tokens:
-            raise ValueError(
+            raise SimConfigError(
                 f"token range {self.min_tokens}..{self.max_tokens} is empty: need "
                 "1 <= min_tokens <= max_tokens"
             )
         if self.dialect not in DIALECTS:
-            raise ValueError(
+            raise SimConfigError(
                 f"unknown simulator dialect {self.dialect!r}: use one of {', '.join(DIALECTS)}"
             )
         if not 0.0 <= self.tool_call_rate <= 1.0:
-            raise ValueError(f"tool_call_rate {self.tool_call_rate} is not within 0..1")
+            raise SimConfigError(f"tool_call_rate {self.tool_call_rate} is not within 0..1")
         if self.chunk_tokens < 1:
-            raise ValueError("chunk_tokens must be at least 1")
+            raise SimConfigError("chunk_tokens must be at least 1")
         if self.retry_after < 0 or self.latency < 0 or self.chunk_delay < 0:
-            raise ValueError("retry_after, latency and chunk_delay must not be negative")
+            raise SimConfigError("retry_after, latency and chunk_delay must not be negative")
         if self.truth_path is not None:
             self.truth_path = Path(self.truth_path)
 

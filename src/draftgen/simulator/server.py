@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.profiles import ModelProfile, get_profile
+from draftgen.rendering import ChatRenderer, resolve_profile
 from draftgen.simulator import wire
 from draftgen.simulator.config import (
     DELIVERING_FAULTS,
@@ -42,12 +43,10 @@ from draftgen.simulator.model import (
     prompt_layout,
     token_table,
 )
-from draftgen.tokenizer import encode, load_tokenizer, render_prompt
+from draftgen.tokenizer import load_tokenizer
 
 API_PREFIX = "/api/v1"
 PROMPT_CACHE_SIZE = 2048
-# Template variables that switch thinking off (Kimi/DeepSeek: thinking, Qwen3: enable_thinking).
-THINKING_OFF = {"thinking": False, "enable_thinking": False}
 
 
 @dataclass
@@ -93,7 +92,7 @@ class Served:
 def _profile(tokenizer_spec: str, name: str | None) -> ModelProfile:
     if name:
         return get_profile(name)
-    return detect_profile(load_tokenizer(tokenizer_spec).get_vocab())
+    return resolve_profile(load_tokenizer(tokenizer_spec))
 
 
 def _rng(*parts: object) -> random.Random:
@@ -114,6 +113,9 @@ class Simulator:
         self.tokenizer = load_tokenizer(config.tokenizer)
         self.profile: ModelProfile = _profile(config.tokenizer, config.profile)
         self.table: TokenTable = token_table(config.tokenizer, self.profile)
+        # A server renders as draftgen does (both follow vLLM): the model's own template,
+        # arguments parsed, the template variables the request sets, the server's clock.
+        self.renderer = ChatRenderer(self.tokenizer, self.profile)
         self.truth: dict[str, dict] = {}
         self.stats: collections.Counter = collections.Counter()
         self.attempts: collections.Counter = collections.Counter()
@@ -143,18 +145,13 @@ class Simulator:
         if cached is not None:
             self._prompts.move_to_end(key)
             return cached
-        if template_kwargs:
-            # What a server does with chat_template_kwargs (or reasoning.enabled=false):
-            # render_prompt knows no template variables, so call the template directly.
-            kwargs: dict = {"tokenize": False, "add_generation_prompt": True, **template_kwargs}
-            if tools:
-                kwargs["tools"] = tools
-            text = self.tokenizer.apply_chat_template(messages, **kwargs)
-        else:
-            text = render_prompt(self.tokenizer, messages, tools)
+        rendering = self.renderer.render(messages, tools, template_kwargs)
+        if rendering.error:
+            raise ValueError(rendering.error)
+        text = rendering.text
         prompt = RenderedPrompt(
             text=text,
-            ids=encode(self.tokenizer, text),
+            ids=self.renderer.prompt_ids(rendering),
             sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             layout=prompt_layout(text, self.profile),
         )
@@ -373,6 +370,9 @@ class Simulator:
         app.router.add_get(API_PREFIX + "/models", self.handle_models)
         app.router.add_get(API_PREFIX + "/generation", self.handle_generation)
         app.router.add_get(API_PREFIX + "/key", self.handle_key)
+        app.router.add_get(
+            API_PREFIX + "/models/{author}/{slug}/endpoints", self.handle_model_endpoints
+        )
         from draftgen.simulator.sglang_generate import GenerateRoute
 
         # SGLang serves /generate at its root; under the API prefix too, so one base URL works.
@@ -446,6 +446,30 @@ class Simulator:
             for model in self.models_seen
         ]
         return self._json(200, orjson.dumps({"data": data}))
+
+    async def handle_model_endpoints(self, request: web.Request) -> web.Response:
+        """OpenRouter's ``GET /models/{author}/{slug}/endpoints``: the simulator serves whatever
+        model it is asked for, so every model has its providers as endpoints."""
+        if not self._authorized(request):
+            return self._unauthorized()
+        model = f"{request.match_info['author']}/{request.match_info['slug']}"
+        pricing = {
+            "prompt": wire_price(self.config.prompt_price),
+            "completion": wire_price(self.config.completion_price),
+        }
+        endpoints = [
+            {
+                "name": f"{provider} | {model}",
+                "provider_name": provider,
+                "context_length": 262144,
+                "pricing": pricing,
+                "status": 0,
+                "supported_parameters": ["max_tokens", "temperature", "seed", "reasoning"],
+            }
+            for provider in wire.PROVIDERS
+        ]
+        body = {"data": {"id": model, "name": model, "endpoints": endpoints}}
+        return self._json(200, orjson.dumps(body))
 
     async def handle_key(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -524,10 +548,14 @@ class Simulator:
         if problem:
             return self._bad_request(problem)
         reasoning_opts = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
-        template_kwargs = body.get("chat_template_kwargs")
-        template_kwargs = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
-        if reasoning_opts.get("enabled") is False or reasoning_opts.get("effort") == "none":
-            template_kwargs.update(THINKING_OFF)
+        # A provider maps the reasoning settings onto the family's template variables (one
+        # with the ignore_thinking_switch quirk renders the template's default instead).
+        template_kwargs = self.profile.template_variables(reasoning_opts)
+        if template_kwargs and self._ignores_switch(body["messages"]):
+            self.stats["ignore_thinking_switch"] += 1
+            template_kwargs = {}
+        if isinstance(body.get("chat_template_kwargs"), dict):
+            template_kwargs.update(body["chat_template_kwargs"])
         try:
             prompt = self.render(body["messages"], body.get("tools"), template_kwargs or None)
         except Exception as exc:  # template errors come in many types
@@ -590,6 +618,13 @@ class Simulator:
         if req.stream:
             return await self._stream(request, req, fault, head, generation_id)
         return await self._plain(request, req, fault, head, generation_id)
+
+    def _ignores_switch(self, messages: list) -> bool:
+        rate = self.config.quirks.get("ignore_thinking_switch", 0)
+        if rate <= 0:
+            return False
+        digest = hashlib.blake2b(orjson.dumps(messages), digest_size=8).hexdigest()
+        return _rng(self.config.seed, digest, "ignore_thinking_switch").random() < rate
 
     def _status_fault(self, fault: str | None) -> web.Response | None:
         """Faults answered with an HTTP error status, before any generation."""
