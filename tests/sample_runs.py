@@ -24,8 +24,8 @@ TOOLS = [
 ]
 
 
-def write_inputs(path: Path, rows: int) -> Path:
-    write_prompts(path, rows, invalid=False)
+def write_inputs(path: Path, rows: int, invalid: bool = False) -> Path:
+    write_prompts(path, rows, invalid=invalid)
     with open(path, "a", encoding="utf-8") as handle:
         for i in range(8):
             row = {
@@ -37,8 +37,9 @@ def write_inputs(path: Path, rows: int) -> Path:
     return path
 
 
-def make_run(tmp: Path, rows: int = 40) -> Path:
-    """Run ``draftgen run`` against a simulator in a subprocess; return the run directory."""
+def make_run(tmp: Path, rows: int = 40, invalid: bool = False) -> Path:
+    """Run ``draftgen run`` against a simulator in a subprocess; return the run directory
+    (``invalid``: with three rows the run rejects)."""
     sim = SimProcess(
         tmp,
         TOKENIZER,
@@ -52,7 +53,7 @@ def make_run(tmp: Path, rows: int = 40) -> Path:
         extra=["--latency", "0.01"],
     )
     try:
-        inputs = write_inputs(tmp / "prompts.jsonl", rows)
+        inputs = write_inputs(tmp / "prompts.jsonl", rows, invalid)
         out = tmp / "run"
         result = draftgen(
             *run_args(

@@ -194,7 +194,11 @@ def bad_command_lines(draw, root: Path) -> tuple[list[str], str | None]:
         name = draw(st.sampled_from(["fixture:", "/no/such/dir/"])) + draw(WORDS)
         argv[argv.index("--tokenizer") + 1] = name
     elif fault == "missing_required":
-        flag = "--tokenizer" if command == "simulate" else draw(st.sampled_from(["--model", "--input"]))
+        flag = (
+            "--tokenizer"
+            if command == "simulate"
+            else draw(st.sampled_from(["--model", "--input"]))
+        )
         index = argv.index(flag)
         del argv[index : index + 2]
     elif fault in ("missing_run_dir", "file_as_run_dir"):

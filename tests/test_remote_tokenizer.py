@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import sys
 from importlib.resources import files
 
 import pytest
@@ -89,7 +90,12 @@ TOOL_TURNS = [
         ],
     },
     {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "18C"},
-    {"role": "tool", "name": "get_weather", "tool_call_id": "functions.get_weather:1", "content": "21C"},
+    {
+        "role": "tool",
+        "name": "get_weather",
+        "tool_call_id": "functions.get_weather:1",
+        "content": "21C",
+    },
 ]
 TOOL_TURNS_TEXT = (
     "<|im_user|>user<|im_middle|>Weather in Paris and Rome?<|im_end|>"
@@ -160,8 +166,6 @@ def fast():
 
 @pytest.fixture(scope="module")
 def remote_module(remote):
-    import sys
-
     return sys.modules[type(remote).__module__]
 
 
@@ -199,9 +203,9 @@ def test_fixture_is_listed_and_laid_out_like_kimis_repository():
     config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["auto_map"] == {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}
     assert config["eos_token"] == "[EOS]"
-    assert config["chat_template"] == (files("draftgen") / "templates" / "kimi-k2.5.jinja").read_text(
-        encoding="utf-8"
-    )
+    assert config["chat_template"] == (
+        files("draftgen") / "templates" / "kimi-k2.5.jinja"
+    ).read_text(encoding="utf-8")
     decoder = config["added_tokens_decoder"]
     assert len(decoder) == 163840 - 151643
     assert decoder["163606"] == {
@@ -270,7 +274,9 @@ def test_keyword_and_tiktoken_paths_give_the_same_ids(remote, fast, text):
     assert remote.model.encode(text, allowed_special="all") == direct
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     pieces=st.lists(
         st.one_of(
@@ -343,7 +349,9 @@ def test_decode_round_trips_on_both_paths(remote, text):
 
 
 def test_skip_special_tokens_keeps_the_non_special_added_tokens(remote):
-    ids = remote.encode("<|im_user|>user<|im_middle|>x<think>y</think>z<|tool_call_begin|><|im_end|>")
+    ids = remote.encode(
+        "<|im_user|>user<|im_middle|>x<think>y</think>z<|tool_call_begin|><|im_end|>"
+    )
     assert (
         remote.decode(ids, skip_special_tokens=True, spaces_between_special_tokens=False)
         == "userx<think>y</think>z<|tool_call_begin|>"
@@ -365,7 +373,9 @@ def test_transformers_4_spaces_non_special_added_tokens_unless_told_not_to(remot
 def test_tools_are_declared_typescript_style(remote):
     text = render(remote, [{"role": "user", "content": "Hi"}], tools=[WEATHER_TOOL])
     assert text == (
-        "<|im_system|>tool_declare<|im_middle|>" + WEATHER_TS + "<|im_end|>"
+        "<|im_system|>tool_declare<|im_middle|>"
+        + WEATHER_TS
+        + "<|im_end|>"
         + KIMI_SYSTEM
         + "<|im_user|>user<|im_middle|>Hi<|im_end|>"
         + PROMPT
@@ -396,7 +406,7 @@ def test_tool_keys_are_sorted_before_rendering(remote, fast):
         },
     }
     messages = [{"role": "user", "content": "Hi"}]
-    declared = '<|im_system|>tool_declare<|im_middle|>{}<|im_end|>'
+    declared = "<|im_system|>tool_declare<|im_middle|>{}<|im_end|>"
     assert render(remote, messages, tools=[tool]).startswith(
         declared.format(
             '[{"function":{"name":"f","parameters":{"properties":{"x":{"not":{"type":"string"}}},'
@@ -464,7 +474,12 @@ def test_typescript_declaration_of_a_rich_schema(remote_module):
                         "additionalProperties": False,
                     },
                     "mode": {"type": ["string", "null"]},
-                    "extra": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "number"}}]},
+                    "extra": {
+                        "anyOf": [
+                            {"type": "string"},
+                            {"type": "array", "items": {"type": "number"}},
+                        ]
+                    },
                 },
                 "required": ["query", "filters"],
             },
@@ -652,7 +667,9 @@ def test_history_reasoning_is_dropped_up_to_the_last_plain_answer(tokenizers, na
 def test_tool_calls_and_results(tokenizers, name):
     text = render(tokenizers[name], TOOL_TURNS)
     # After the last plain answer (none here), reasoning is kept...
-    assert text == KIMI_SYSTEM + TOOL_TURNS_TEXT.format(think="<think>need weather</think>") + PROMPT
+    assert (
+        text == KIMI_SYSTEM + TOOL_TURNS_TEXT.format(think="<think>need weather</think>") + PROMPT
+    )
     # ...unless thinking is off.
     assert render(tokenizers[name], TOOL_TURNS, thinking=False) == (
         KIMI_SYSTEM + TOOL_TURNS_TEXT.format(think="<think></think>") + PROMPT_NO_THINKING
@@ -719,7 +736,9 @@ def test_renderer_ids_are_the_encoded_text(remote, fast, messages):
     assert rendering.ids == encode(remote, rendering.text) == encode(fast, rendering.text)
     assert renderer.prompt_ids(rendering) == rendering.ids
     # The fast fixture renders the same messages through Jinja alone: JSON tools, same ids rule.
-    jinja = ChatRenderer(fast, KIMI_K2).render(messages, [WEATHER_TOOL], {"thinking": True}, now=NOW)
+    jinja = ChatRenderer(fast, KIMI_K2).render(
+        messages, [WEATHER_TOOL], {"thinking": True}, now=NOW
+    )
     assert jinja.ids is None and '<|im_middle|>[{"type":"function"' in jinja.text
 
 
@@ -740,9 +759,7 @@ def test_renderer_parses_argument_text_into_objects_as_servers_do(remote):
         {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "18C"},
     ]
     rendering = ChatRenderer(remote, KIMI_K2).render(messages, None, {}, now=NOW)
-    assert (
-        '<|tool_call_argument_begin|>{"location": "Paris"}<|tool_call_end|>' in rendering.text
-    )
+    assert '<|tool_call_argument_begin|>{"location": "Paris"}<|tool_call_end|>' in rendering.text
     assert rendering.ids == encode(remote, rendering.text)
 
 

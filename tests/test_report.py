@@ -3,6 +3,7 @@ Chromium, draws pictures and shows exactly the numbers of report.json."""
 
 from __future__ import annotations
 
+import html
 import html.parser
 import json
 import shutil
@@ -16,13 +17,13 @@ import pytest
 from conftest import draftgen
 from sample_runs import make_run
 
-WINDOW = (1280, 1800)
+WINDOW = (1280, 3600)  # tall enough for the length histograms
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    out = make_run(tmp_path_factory.mktemp("report"))
+    out = make_run(tmp_path_factory.mktemp("report"), invalid=True)
     result = draftgen("report", str(out))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"wrote {out / 'report.html'} and {out / 'report.json'}"
@@ -87,6 +88,67 @@ def test_report_json_agrees_with_the_store(run_dir, report):
     assert report["lengths"]["prompt"]["p50"] == prompt_lens[(len(prompt_lens) + 1) // 2 - 1]
 
 
+def test_report_says_where_the_data_came_from_and_what_was_left_out(run_dir, report):
+    # The sample run's simulator is a `draftgen simulate` process: its data is synthetic.
+    assert [s["server"] for s in report["sources"]] == ["simulator"]
+    page = (run_dir / "report.html").read_text()
+    assert "These completions are synthetic" in page
+    # Rejected rows are counted in the totals and by reason.
+    rejected = [json.loads(line) for line in (run_dir / "rejected.jsonl").read_text().splitlines()]
+    assert report["totals"]["rejected"] == report["rejected"]["rows"] == len(rejected) > 0
+    assert sum(report["rejected"]["reasons"].values()) == len(rejected)
+    # Every verification reason is explained, with the docs section it comes from.
+    assert set(report["reason_meanings"]) == set(report["verification_reasons"])
+    for reason, entry in report["reason_meanings"].items():
+        assert entry["docs"].startswith("docs/verification.md#"), reason
+        assert html.escape(entry["meaning"]) in page
+    # Whole sequence lengths against the max_length a trainer cuts at.
+    sequence = report["lengths"]["sequence"]
+    assert sequence["count"] == report["totals"]["completions"]
+    fit = report["max_length_fit"]
+    assert fit[0]["max_length"] == 1024 and fit[-1]["max_length"] >= max(2048, sequence["max"])
+    assert all(row["fits"] + row["cut"] == sequence["count"] for row in fit)
+    assert fit[-1]["share"] == 1.0
+
+
+def test_every_chart_has_axis_titles_and_colours_that_mean_something(run_dir, report):
+    page = (run_dir / "report.html").read_text()
+    charts = page.split('<svg class="chart"')[1:]
+    assert len(charts) >= 10
+    for chart in charts:
+        assert chart.count('class="axis-title"') >= 1, chart[:300]
+    for unit in ("samples", "attempts", "median latency (seconds)", "requests (attempts sent)"):
+        assert f'class="axis-title">{unit}<' in page, unit
+    assert "seconds since the first completion" in page and "prompt length (tokens)" in page
+    # Provider bars are coloured by their verified share, and the legend says so.
+    from draftgen.report import share_colour
+
+    for provider in report["providers"]:
+        colour = share_colour(provider["verified_share"])
+        name = provider["provider"]
+        assert f'fill="{colour}"><title>{name}: ' in page, name
+    assert "Bar colour: verified share of the samples served." in page
+
+
+def test_throughput_shows_a_pause_as_a_pause():
+    from draftgen.report import render_html, throughput
+
+    # Two sessions of work, 10 s each, 2 hours apart (Ctrl-C, then a resume).
+    times = [1000.0 + i * 0.5 for i in range(21)] + [8210.0 + i * 0.5 for i in range(21)]
+    rows = [{"created_at": t, "completion_tokens": 10} for t in times]
+    data = throughput(rows)
+    assert data["pauses"] == [{"after": 10.0, "seconds": 7200.0}]
+    assert sum(p["completions"] for p in data["points"]) == 42
+    # The buckets cover the 20 s of work, not 2 hours of empty ones.
+    assert data["bucket_seconds"] == 0.5 and len(data["points"]) == 42
+    assert {p["segment"] for p in data["points"]} == {0, 1}
+    from draftgen.report import throughput_chart
+
+    chart = throughput_chart(data)
+    assert "<title>paused 2:00:00</title>" in chart and "paused 2:00:00</p>" in chart
+    assert render_html  # the page draws the same chart
+
+
 def test_report_html_is_self_contained(run_dir):
     page = (run_dir / "report.html").read_text()
     assert "<svg" in page
@@ -124,17 +186,19 @@ def chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 class MetricCollector(html.parser.HTMLParser):
-    """(json path, text) of every element carrying data-metric."""
+    """(json path, text, scale) of every element carrying data-metric (a share shown as a
+    percentage has data-scale 100)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.metrics: list[tuple[list, str]] = []
+        self.metrics: list[tuple[list, str, float]] = []
         self._open: list | None = None
 
     def handle_starttag(self, tag, attrs):
-        where = dict(attrs).get("data-metric")
+        attrs = dict(attrs)
+        where = attrs.get("data-metric")
         if where is not None:
-            self._open = [json.loads(where), ""]
+            self._open = [json.loads(where), "", float(attrs.get("data-scale", 1))]
 
     def handle_data(self, data):
         if self._open is not None:
@@ -142,7 +206,7 @@ class MetricCollector(html.parser.HTMLParser):
 
     def handle_endtag(self, tag):
         if self._open is not None and tag == "span":
-            self.metrics.append((self._open[0], self._open[1]))
+            self.metrics.append(tuple(self._open))
             self._open = None
 
 
@@ -152,7 +216,7 @@ def test_rendered_page_shows_the_numbers_of_report_json(run_dir, report, tmp_pat
     collector = MetricCollector()
     collector.feed(result.stdout)
     shown = collector.metrics
-    paths = {tuple(path) for path, _ in shown}
+    paths = {tuple(path) for path, _, _ in shown}
     for key in report["totals"]:
         assert ("totals", key) in paths, key
     for key in report["outcomes"]:
@@ -162,15 +226,25 @@ def test_rendered_page_shows_the_numbers_of_report_json(run_dir, report, tmp_pat
     assert ("providers", 0, "latency_p50") in paths and ("lengths", "answer", "p90") in paths
     for key in ("requests", "errors", "ejections", "latency_p50", "completion_tokens"):
         assert ("endpoints", 0, key) in paths, key
-    for path, text in shown:
+    for key in ("rejected", "reasons"), ("max_length_fit", 0, "share"), ("totals", "rejected"):
+        assert key in paths or key[:2] in {p[:2] for p in paths}, key
+    for path, text, scale in shown:
         value = report
         for key in path:
             value = value[key]
-        if isinstance(value, int):
+        if isinstance(value, int) and scale == 1:
             assert text == str(value), path
         else:
             decimals = len(text.partition(".")[2])
-            assert decimals >= 2 and abs(float(text) - value) <= 0.5 * 10**-decimals, path
+            least = 1 if scale != 1 else 2  # percentages show one decimal: 92.0%
+            assert decimals >= least, path
+            assert abs(float(text) - value * scale) <= 0.5 * 10**-decimals, path
+    scales = {tuple(path): scale for path, _, scale in shown}
+    # Shares read as percentages and money as dollars, everywhere.
+    assert scales[("totals", "verified_share")] == scales[("providers", 0, "verified_share")] == 100
+    assert all(scale == 100 for path, scale in scales.items() if path[-1] in ("share",))
+    page = result.stdout
+    assert page.count("$<span") == 1 + len(report["providers"]) and "credits" not in page
 
 
 def read_png(path) -> np.ndarray:
@@ -227,13 +301,15 @@ def test_screenshot_is_not_blank_and_draws_the_charts(run_dir, tmp_path):
         (run_dir / "report.html").as_uri(),
     )
     assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    shutil.copy(shot, run_dir / "report.png")  # kept beside the report, to be looked at
     pixels = read_png(shot)
     assert pixels.shape == (WINDOW[1], WINDOW[0], 3)
     background = np.all(pixels >= 250, axis=2)
     assert background.mean() < 0.97, "the page rendered (nearly) blank"
     colours = np.unique(pixels.reshape(-1, 3) // 8, axis=0)
     assert len(colours) > 30, "too few colours for text and charts"
-    # The outcome bars are drawn in their SVG colours: verified green, bars of the palette blue.
-    for rgb in ((0x3A, 0x9A, 0x5B), (0x2F, 0x6D, 0xB5)):
+    # Bars in the colours of their meaning: verified green, unverified amber, failed red; the
+    # length histograms (no good or bad) blue.
+    for rgb in ((0x3A, 0x9A, 0x5B), (0xE0, 0x8A, 0x2E), (0xC2, 0x45, 0x3D), (0x2F, 0x6D, 0xB5)):
         matches = np.all(np.abs(pixels.astype(int) - rgb) <= 3, axis=2).sum()
         assert matches > 500, f"no chart drawn in #{bytes(rgb).hex()}"

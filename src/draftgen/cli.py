@@ -324,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
     simulate.add_argument(
-        "--port", type=int, default=8000, help="port to listen on; 0 picks a free one (default 8000)"
+        "--port",
+        type=int,
+        default=8000,
+        help="port to listen on; 0 picks a free one (default 8000)",
     )
     simulate.add_argument(
         "--seed",
@@ -466,8 +469,7 @@ def _add_run_settings(run: argparse.ArgumentParser) -> None:
         "--limit",
         type=_positive_int,
         metavar="N",
-        help="rows taken from all inputs together; datasets share it by weight (default: all "
-        "rows)",
+        help="rows taken from all inputs together; datasets share it by weight (default: all rows)",
     )
     run.add_argument(
         "--completions-per-turn",

@@ -85,7 +85,9 @@ class RunStopped(Exception):
 
 @dataclass
 class ClientStats:
+    # Every failed attempt by kind, and those of them that were tried again.
     errors: collections.Counter = field(default_factory=collections.Counter)
+    retried: collections.Counter = field(default_factory=collections.Counter)
     requests: int = 0
     retries: int = 0
 
@@ -289,6 +291,7 @@ class ChatClient:
                 raise GenerationFailed(error.kind, errors)
             if attempt < self.retry.max_attempts:
                 self.stats.retries += 1
+                self.stats.retried[error.kind] += 1
                 if self._max_retries is not None and self.stats.retries > self._max_retries:
                     raise FatalApiError(
                         f"the run used up its retry budget ({self._max_retries} retries, last: "

@@ -49,10 +49,16 @@ from draftgen.reconstruct_batch import reconstruct_batches
 from draftgen.records import GenerationSettings
 from draftgen.rendering import ChatRenderer, request_variables, resolve_profile
 from draftgen.shard import ALL, Shard, shard_label
-from draftgen.store import REJECTED_NAME, CompletionWriter, RunLock, Store, StoreError
+from draftgen.store import (
+    REJECTED_NAME,
+    CompletionWriter,
+    RunLock,
+    SampleTally,
+    Store,
+    StoreError,
+)
 from draftgen.tokenizer import load_tokenizer, tokenizer_digest
 from draftgen.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
-
 
 _log = logging.getLogger("draftgen.run")
 
@@ -266,7 +272,7 @@ async def before_first_request(
         if isinstance(exc, ProbeError):
             raise RunError(str(exc)) from None
         raise
-    store.set_meta(SOURCES, _merged_sources(store.meta(SOURCES), probed))
+    store.set_meta(SOURCES, _merged_sources(store.meta(SOURCES), probed, simulator is not None))
     where = (
         "the built-in simulator on loopback: the data is synthetic (no --base-url given)"
         if simulator is not None
@@ -289,7 +295,8 @@ def plan_run(options: RunOptions) -> PlanCount:
 
     try:
         with open(options.out / REJECTED_NAME, "wb") as rejected:
-            planned = count_plan(read_suite(options.suite()), options.samples, options.shard, reject)
+            rows = read_suite(options.suite())
+            planned = count_plan(rows, options.samples, options.shard, reject)
     except MixError as exc:
         raise RunError(str(exc)) from None
     if planned.rows == 0:
@@ -301,9 +308,9 @@ def plan_run(options: RunOptions) -> PlanCount:
             if first
             else ""
         )
-        which = "the only row of the input was" if planned.rows == 1 else (
-            f"all {planned.rows} rows of the input were"
-        )
+        which = f"all {planned.rows} rows of the input were"
+        if planned.rows == 1:
+            which = "the only row of the input was"
         raise RunError(
             f"nothing to generate: {which} rejected{example}; every row's reason is in "
             f"{options.out / REJECTED_NAME}"
@@ -331,12 +338,12 @@ def _plan_fields(planned: PlanCount) -> dict:
     }
 
 
-def _merged_sources(recorded: str | None, probed: list[ProbeResult]) -> str:
+def _merged_sources(recorded: str | None, probed: list[ProbeResult], builtin: bool) -> str:
     """Every endpoint that answered this run directory, across resumes, in first-seen order."""
     sources = orjson.loads(recorded) if recorded else []
     for result in probed:
-        # The simulator listens on a new port each run: it is one source however often used.
-        endpoint = "built-in simulator" if result.server == "simulator" else result.endpoint
+        # The built-in simulator listens on a new port each run: one source however often used.
+        endpoint = "built-in simulator" if builtin else result.endpoint
         entry = {"endpoint": endpoint, "server": result.server}
         if entry not in sources:
             sources.append(entry)
@@ -480,7 +487,13 @@ async def _generate(
             client.stop(reason)
             stop.set()
 
-    progress.errors = client.stats.errors
+    progress.watch(
+        errors=client.stats.errors,
+        retried=client.stats.retried,
+        failures=writer.failure_reasons,
+        in_flight=lambda: client.limiter.in_flight,
+        tally=SampleTally(store.path),
+    )
     tokenizer = load_tokenizer(options.tokenizer)
     renderer = ChatRenderer(tokenizer, profile)
     variables = request_variables(settings, profile)
@@ -552,9 +565,10 @@ async def _generate(
         """The turn's content (read from the store only if ``history``) and whether the answer
         is a whole turn, generated unless stored or in flight."""
         if plan.key in stored:
-            progress.turns_reused += 1
+            progress.count_stored_turn(stored.from_earlier_run(plan.key))
             return stored.content(plan.key) if history else "", stored.complete(plan.key)
         if plan.key in inflight:
+            progress.turns_duplicate += 1
             return await asyncio.shield(inflight[plan.key])
         future = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -625,7 +639,7 @@ async def _generate(
         while (plans := await next_chain()) is not None:
             await work_chain(plans)
             if not stop.is_set():
-                progress.rows_done += 1
+                progress.row_worked()
             display.refresh()
 
     async def produce() -> None:
@@ -644,10 +658,13 @@ async def _generate(
             if options.shard is not None and not options.shard.holds_key(plans[0].key):
                 progress.total_rows -= 1  # another shard's row
                 continue
-            if all(_all_stored(c, stored) for c in sample_chains(plans, options.samples)):
+            chains = sample_chains(plans, options.samples)
+            if all(_all_stored(c, stored) for c in chains):
                 # A resume: what a worker would do with this chain is count it, so do it here
                 # and reach the first missing turn without a queue round trip per stored row.
-                progress.turns_reused += len(plans) * options.samples
+                progress.count_stored_turns(
+                    stored.from_earlier_run(plan.key) for chain in chains for plan in chain
+                )
                 progress.rows_done += 1
                 if progress.rows_done % 512 == 0:
                     await asyncio.sleep(0)  # let signals, workers and the display in
@@ -754,8 +771,9 @@ class StoredTurns:
         self._store = store
         self._complete: set[int | str] = set()
         self._incomplete: set[int | str] = set()
+        self._this_run: set[int | str] = set()  # generated now, not found from an earlier run
         for key, finish in store.stored_finishes():
-            self.add(key, finish in COMPLETE_FINISH_REASONS)
+            self._insert(_compact_key(key), finish in COMPLETE_FINISH_REASONS)
 
     def __contains__(self, key: str) -> bool:
         compact = _compact_key(key)
@@ -766,7 +784,17 @@ class StoredTurns:
         return _compact_key(key) in self._complete
 
     def add(self, key: str, complete: bool) -> None:
-        (self._complete if complete else self._incomplete).add(_compact_key(key))
+        """Record a turn this run has just stored."""
+        compact = _compact_key(key)
+        self._insert(compact, complete)
+        self._this_run.add(compact)
+
+    def from_earlier_run(self, key: str) -> bool:
+        """Whether stored ``key`` was there before this run (a resume), not made by it."""
+        return _compact_key(key) not in self._this_run
+
+    def _insert(self, compact: int | str, complete: bool) -> None:
+        (self._complete if complete else self._incomplete).add(compact)
 
     def content(self, key: str) -> str:
         """The stored answer's content (committed: the writer is awaited before ``add``)."""

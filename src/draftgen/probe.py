@@ -82,7 +82,9 @@ async def probe_endpoints(
     if problems:
         if len(specs) == 1:
             raise ProbeError(problems[0])
-        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        shown = "; ".join(problems[:3]) + (
+            f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        )
         raise ProbeError(
             f"{len(problems)} of {len(specs)} endpoints cannot be used, so nothing was sent "
             f"(remove or fix them): {shown}"
@@ -160,9 +162,11 @@ class _Checker:
                 "%s answered GET /key with HTTP %d; going on, the requests will tell", label, status
             )
             return ProbeResult(label, "openrouter", _answered(status))
+        # ``draftgen simulate`` names its key so: its data is synthetic, and reports say so.
+        server = "simulator" if _key_label(body).startswith("draftgen simulator") else "openrouter"
         author, slash, slug = self.model.partition(":")[0].partition("/")
         if not slash or not author or not slug:
-            return ProbeResult(label, "openrouter", "key accepted")
+            return ProbeResult(label, server, "key accepted")
         path = f"/models/{quote(author, safe='')}/{quote(slug, safe='.-_')}/endpoints"
         status, body = await self._get(session, base + path)
         if status == 404:
@@ -171,8 +175,8 @@ class _Checker:
                 "against the ids at https://openrouter.ai/models"
             )
         if status == 200:
-            return ProbeResult(label, "openrouter", "key accepted, model listed")
-        return ProbeResult(label, "openrouter", "key accepted")
+            return ProbeResult(label, server, "key accepted, model listed")
+        return ProbeResult(label, server, "key accepted")
 
     async def _self_hosted(
         self, session: aiohttp.ClientSession, base: str, label: str
@@ -212,6 +216,14 @@ def _vllm_models(body: bytes) -> list[str] | None:
     if not all(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in data):
         return None  # another server's listing: whether it enforces the names is unknown
     return [str(m.get("id")) for m in data]
+
+
+def _key_label(body: bytes) -> str:
+    try:
+        label = orjson.loads(body)["data"]["label"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return ""
+    return label if isinstance(label, str) else ""
 
 
 def _answered(status: int) -> str:

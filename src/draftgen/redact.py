@@ -36,9 +36,7 @@ def looks_random(token: str) -> bool:
     """
     if re.fullmatch(r"[0-9a-f]+", token) or re.fullmatch(r"[0-9A-F]+", token):
         return False
-    classes = sum(
-        bool(re.search(pattern, token)) for pattern in (r"[a-z]", r"[A-Z]", r"[0-9]")
-    )
+    classes = sum(bool(re.search(pattern, token)) for pattern in (r"[a-z]", r"[A-Z]", r"[0-9]"))
     if classes < 3:
         return False
     # Names are words: long alphabetic runs between separators; a key has short ones.

@@ -1,8 +1,10 @@
 """Report: a run's numbers as ``report.json`` and a self-contained ``report.html`` with pictures.
 
 Everything is computed once into the JSON; the page only draws it (inline SVG, no scripts, no
-network), and every number it prints carries ``data-metric="<json path>"`` so a test can check
-the page against the JSON.
+network), and every number it prints carries ``data-metric="<json path>"`` (and ``data-scale``
+when it is shown as a percentage) so a test can check the page against the JSON. Colours carry
+meaning: green is verified, amber unverified, purple truncated, red failed; bars of providers and
+endpoints are coloured by the verified share of what they served.
 """
 
 from __future__ import annotations
@@ -16,18 +18,104 @@ from pathlib import Path
 
 import orjson
 
+import draftgen
 from draftgen import __version__
-from draftgen.store import Store
+from draftgen.store import REJECTED_NAME, Store
 
 JSON_NAME = "report.json"
 HTML_NAME = "report.html"
 HISTOGRAM_BINS = 12
 THROUGHPUT_POINTS = 40
+MAX_LABEL = 60  # characters of a bar's label; longer ones end in an ellipsis (table: whole)
+# A gap between stored completions this long (and 20 times the usual gap) is a pause: Ctrl-C and
+# a resume, a stop at --max-cost, a stall. The chart cuts it out and labels it.
+PAUSE_SECONDS = 30.0
+# SpecForge's --max-length (2048 by default) and the lengths drafters are commonly trained at.
+MAX_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 OUTCOMES = ("verified", "unverified", "truncated", "failed", "not_reconstructed")
-PALETTE = ("#2f6db5", "#e08a2e", "#3a9a5b", "#c2453d", "#7d5ab5", "#8c6d4f", "#d16fae", "#6f7f8f")
-OUTCOME_COLOURS = dict(
-    zip(OUTCOMES, ("#3a9a5b", "#e08a2e", "#7d5ab5", "#c2453d", "#8f8f8f"), strict=True)
+GREEN, LIGHT_GREEN, AMBER, RED, PURPLE, GREY = (
+    "#3a9a5b",
+    "#8cc084",
+    "#e08a2e",
+    "#c2453d",
+    "#7d5ab5",
+    "#8f8f8f",
 )
+BLUE = "#2f6db5"  # quantities with no good or bad: lengths, throughput
+OUTCOME_COLOURS = dict(zip(OUTCOMES, (GREEN, AMBER, PURPLE, RED, GREY), strict=True))
+FINISH_COLOURS = {"stop": GREEN, "tool_calls": GREEN, "length": PURPLE}
+# Verified share -> colour, from the top band down; the legend lists the same bands.
+SHARE_BANDS = ((0.95, GREEN, "95% or more"), (0.8, LIGHT_GREEN, "80-95%"), (0.5, AMBER, "50-80%"))
+SHARE_LOW = (RED, "under 50%")
+DOCS = "docs/verification.md"
+# What each verification reason means (README "What verified means"), and the doc section.
+REASON_MEANINGS: dict[str, tuple[str, str]] = {
+    "ok": ("the ids decode to the text and both token counts match the provider's", "the-checks"),
+    "completion_count_mismatch": (
+        "the provider counted a different number of generated tokens: a non-canonical "
+        "segmentation or text the provider altered",
+        "the-checks",
+    ),
+    "prompt_count_mismatch": (
+        "the provider's prompt differs from the render of the chat template",
+        "prompt-ids",
+    ),
+    "decode_mismatch": ("decoding the ids does not give back the text", "the-checks"),
+    "whitespace_altered": (
+        "the count matches once whitespace is restored at the content's edges: the provider "
+        "stripped it",
+        "whitespace-a-provider-strips",
+    ),
+    "provider_strips_whitespace": (
+        "this provider strips edge whitespace and a strip here would not change the count, so "
+        "the sample cannot be proven",
+        "whitespace-a-provider-strips",
+    ),
+    "no_usage": ("the response carried no token counts, so nothing could be proven", "the-checks"),
+    "structured_tool_calls": (
+        "the API returned message.tool_calls and the profile has no tool-call format",
+        "completion-ids",
+    ),
+    "tool_calls_inexact": (
+        "the tool-call markup rebuilt from message.tool_calls matches the count in no reading",
+        "completion-ids",
+    ),
+    "tool_arguments_reserialised": (
+        "the count matches only a re-serialised reading of the tool arguments: likely, not proven",
+        "completion-ids",
+    ),
+    "tool_call_id_rebuilt": (
+        "the provider renamed the model's tool call ids; rebuilt ones cannot be proven",
+        "completion-ids",
+    ),
+    "tool_call_format_unconfirmed": (
+        "the profile's tool-call markup is not confirmed, so rebuilt calls are never proven",
+        "models",
+    ),
+    "server_count_mismatch": (
+        "ids returned by a vLLM / SGLang server disagree with its own usage counts",
+        "the-checks",
+    ),
+    "logprob_text_mismatch": (
+        "logprob token bytes do not spell the returned content",
+        "the-checks",
+    ),
+    "reasoning_in_non_thinking_prompt": (
+        "reasoning came back although the prompt turned thinking off",
+        "the-checks",
+    ),
+    "content_filter": ("the provider filtered the answer", "the-checks"),
+    "prompt_render_failed": ("the chat template could not render the prompt", "prompt-ids"),
+    "prompt_mode_unproven": (
+        "thinking on and off render prompts of the same length, and the answer does not show "
+        "which one the server used",
+        "template-variables-and-what-is-proven",
+    ),
+    "prompt_date_unproven": (
+        "the template stamps the date and the request crossed midnight (UTC)",
+        "template-variables-and-what-is-proven",
+    ),
+}
 
 
 # -- numbers --------------------------------------------------------------------------------------
@@ -43,6 +131,7 @@ def build_report(store: Store) -> dict:
     outcomes["failed"] = len(failures)
     attempt_errors = Counter(e.get("kind") or "unknown" for row in rows for e in row["errors"])
     attempt_errors.update(e.get("kind") or "unknown" for f in failures for e in f["errors"])
+    sequences = [_sequence_len(r) for r in rows]
     return {
         "draftgen_version": __version__,
         "run_dir": str(store.run_dir),
@@ -50,11 +139,14 @@ def build_report(store: Store) -> dict:
         "model": _settings(store).get("model"),
         "tokenizer": store.meta("tokenizer"),
         "profile": store.meta("profile"),
+        "sources": sources(store, counts),
+        "active_run": counts.get("active_run"),
         "totals": {
             "completions": counts["completions"],
             "samples": counts["samples"],
             "verified": counts["verified"],
             "failures": len(failures),
+            "rejected": counts.get("rejected", 0),
             "cost": counts["cost"],
             "prompt_tokens": counts["prompt_tokens"],
             "completion_tokens": counts["completion_tokens"],
@@ -65,19 +157,76 @@ def build_report(store: Store) -> dict:
         },
         "outcomes": {name: outcomes.get(name, 0) for name in OUTCOMES},
         "verification_reasons": counts["reasons"],
+        "reason_meanings": {
+            reason: {"meaning": meaning, "docs": f"{DOCS}#{anchor}"}
+            for reason in counts["reasons"]
+            for meaning, anchor in [REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))]
+        },
         "finish_reasons": counts["finish_reasons"],
         "failure_reasons": counts["failures"],
+        "retried_errors": counts.get("retried_errors") or {},
         "attempt_errors": dict(attempt_errors.most_common()),
+        "rejected": {
+            "rows": counts.get("rejected", 0),
+            "reasons": counts.get("rejected_reasons") or {},
+            "file": str(store.run_dir / REJECTED_NAME),
+        },
         "lengths": {
             "prompt": distribution([_prompt_len(r) for r in rows]),
             "reasoning": distribution([r["reasoning_tokens"] for r in rows]),
             "answer": distribution([_answer_len(r) for r in rows]),
+            "sequence": distribution(sequences),
         },
+        "max_length_fit": max_length_fit(sequences),
         "providers": providers(rows),
         "throughput": throughput(rows),
         "exactness": counts["exactness"],
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
     }
+
+
+def sources(store: Store, counts: dict) -> list[dict]:
+    """Where the data came from: the endpoints each run probed (``server`` says what answered:
+    ``simulator`` for the built-in one, whose data is synthetic), else the endpoints that served
+    completions (a run from before draftgen recorded its sources)."""
+    raw = store.meta("sources")
+    if raw:
+        return orjson.loads(raw)
+    return [{"endpoint": url, "server": "unknown"} for url in counts.get("endpoints") or {}]
+
+
+def _sequence_len(row: dict) -> int | None:
+    """A training row's whole length: prompt and generated ids (the provider's counts before
+    reconstruction)."""
+    if row.get("sample_len") is not None:
+        return row["sample_len"]
+    if row["prompt_tokens"] is None or row["completion_tokens"] is None:
+        return None
+    return row["prompt_tokens"] + row["completion_tokens"]
+
+
+def max_length_fit(lengths: list) -> list[dict]:
+    """For each common training ``max_length``: the samples it holds whole, the rest being cut.
+
+    Listed up to the first length that holds every sample (at least up to SpecForge's 2048)."""
+    known = [n for n in lengths if n is not None]
+    if not known:
+        return []
+    longest = max(known)
+    table = []
+    for limit in MAX_LENGTHS:
+        fits = sum(1 for n in known if n <= limit)
+        table.append(
+            {
+                "max_length": limit,
+                "fits": fits,
+                "cut": len(known) - fits,
+                "share": round(fits / len(known), 4),
+            }
+        )
+        if limit >= longest and limit >= 2048:
+            break
+    return table
 
 
 def _settings(store: Store) -> dict:
@@ -145,6 +294,14 @@ def nice_step(raw: float) -> float:
     return 10 * power
 
 
+def _verified_share(rows: list[dict]) -> float | None:
+    """Verified and complete samples over the reconstructed ones among ``rows``."""
+    sampled = [r for r in rows if r["verified"] is not None]
+    if not sampled:
+        return None
+    return round(sum(1 for r in sampled if r["verified"] and not r["truncated"]) / len(sampled), 4)
+
+
 def providers(rows: list[dict]) -> list[dict]:
     by_provider: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
@@ -175,12 +332,16 @@ def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
     for row in rows:
         if row.get("endpoint") is not None and row.get("endpoint_latency") is not None:
             latencies[row["endpoint"]].append(row["endpoint_latency"])
+    served: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        served[row.get("endpoint")].append(row)
     table = []
     for url, figure in figures.items():
         ordered = sorted(latencies.get(url, ()))
         table.append(
             {
                 "endpoint": url,
+                "verified_share": _verified_share(served.get(url, [])),
                 "requests": figure["requests"],
                 "completions": figure["completions"],
                 "errors": figure["errors"],
@@ -198,27 +359,53 @@ def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
 
 
 def throughput(rows: list[dict]) -> dict:
-    """Completions and completion tokens stored per time bucket since the first one."""
-    times = [r["created_at"] for r in rows]
-    if not times:
-        return {"bucket_seconds": 0, "start": None, "points": []}
-    start, span = min(times), max(times) - min(times)
-    bucket = nice_step(span / THROUGHPUT_POINTS) if span > 0 else 1
-    buckets = int(span // bucket) + 1
-    completions = [0] * buckets
-    tokens = [0] * buckets
-    for row in rows:
-        index = min(int((row["created_at"] - start) // bucket), buckets - 1)
-        completions[index] += 1
-        tokens[index] += row["completion_tokens"] or 0
-    return {
-        "bucket_seconds": bucket,
-        "start": round(start, 3),
-        "points": [
-            {"t": round(i * bucket, 3), "completions": completions[i], "tokens": tokens[i]}
-            for i in range(buckets)
-        ],
-    }
+    """Completions and completion tokens stored per time bucket, over the time the run worked.
+
+    Gaps of ``PAUSE_SECONDS`` or more (and 20 times the median gap) are pauses: listed with
+    their length and left out of the buckets, so a resume a day later is a labelled break in the
+    chart, not a day of empty buckets. Within the run's working time an empty bucket is a
+    bucket in which nothing was stored.
+    """
+    ordered = sorted(rows, key=lambda r: r["created_at"])
+    if not ordered:
+        return {"bucket_seconds": 0, "start": None, "points": [], "pauses": []}
+    times = [r["created_at"] for r in ordered]
+    gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
+    threshold = max(PAUSE_SECONDS, 20 * usual)
+    # Segments of work between pauses, as (first index, last index).
+    segments, first = [], 0
+    for i in range(1, len(times)):
+        if times[i] - times[i - 1] >= threshold:
+            segments.append((first, i - 1))
+            first = i
+    segments.append((first, len(times) - 1))
+    working = sum(times[b] - times[a] for a, b in segments)
+    bucket = nice_step(working / THROUGHPUT_POINTS) if working > 0 else 1
+    start = times[0]
+    points, pauses = [], []
+    for number, (a, b) in enumerate(segments):
+        if number:
+            gap_start = times[segments[number - 1][1]]
+            pauses.append(
+                {"after": round(gap_start - start, 3), "seconds": round(times[a] - gap_start, 3)}
+            )
+        count = int((times[b] - times[a]) // bucket) + 1
+        completions, tokens = [0] * count, [0] * count
+        for row in ordered[a : b + 1]:
+            index = min(int((row["created_at"] - times[a]) // bucket), count - 1)
+            completions[index] += 1
+            tokens[index] += row["completion_tokens"] or 0
+        points += [
+            {
+                "t": round(times[a] - start + i * bucket, 3),
+                "completions": completions[i],
+                "tokens": tokens[i],
+                "segment": number,
+            }
+            for i in range(count)
+        ]
+    return {"bucket_seconds": bucket, "start": round(start, 3), "points": points, "pauses": pauses}
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -244,11 +431,22 @@ def _replace(path: Path, data: bytes) -> None:
 # -- page -----------------------------------------------------------------------------------------
 
 
-def metric(path: tuple, value, decimals: int | None = None) -> str:
+def metric(path: tuple, value, decimals: int | None = None, scale: int = 1) -> str:
     """A number as the page shows it, tagged with its place in report.json (a JSON list of keys,
-    since reason names may hold any character)."""
+    since reason names may hold any character); ``scale`` 100 shows a share as a percentage."""
     where = html.escape(orjson.dumps(list(path)).decode())
+    if scale != 1 and value is not None:
+        shown = format_number(value * scale, 1 if decimals is None else decimals)
+        return f'<span class="num" data-metric="{where}" data-scale="{scale}">{shown}</span>%'
     return f'<span class="num" data-metric="{where}">{format_number(value, decimals)}</span>'
+
+
+def dollars(path: tuple, value) -> str:
+    return "$" + metric(path, value, 4)
+
+
+def percent(path: tuple, value) -> str:
+    return metric(path, value, 1, scale=100)
 
 
 def format_number(value, decimals: int | None = None) -> str:
@@ -263,15 +461,35 @@ def format_number(value, decimals: int | None = None) -> str:
     return f"{value:.{decimals}f}"
 
 
+def share_colour(share: float | None) -> str:
+    """The colour of a verified share (``SHARE_BANDS``); grey when nothing was reconstructed."""
+    if share is None:
+        return GREY
+    for floor, colour, _ in SHARE_BANDS:
+        if share >= floor:
+            return colour
+    return SHARE_LOW[0]
+
+
+def share_legend() -> str:
+    bands = [(colour, label) for _, colour, label in SHARE_BANDS] + [SHARE_LOW, (GREY, "none")]
+    swatches = "".join(
+        f'<span class="swatch" style="background:{colour}"></span>{html.escape(label)} '
+        for colour, label in bands
+    )
+    return f'<p class="legend">Bar colour: verified share of the samples served. {swatches}</p>'
+
+
 def render_html(report: dict) -> str:
     t = report["totals"]
     cards = [
-        ("completions", metric(("totals", "completions"), t["completions"])),
+        ("completions stored", metric(("totals", "completions"), t["completions"])),
         ("samples", metric(("totals", "samples"), t["samples"])),
         ("verified", metric(("totals", "verified"), t["verified"])),
-        ("verified share", metric(("totals", "verified_share"), t["verified_share"])),
+        ("verified share", percent(("totals", "verified_share"), t["verified_share"])),
         ("final failures", metric(("totals", "failures"), t["failures"])),
-        ("cost (credits)", metric(("totals", "cost"), t["cost"], 4)),
+        ("rows rejected", metric(("totals", "rejected"), t.get("rejected", 0))),
+        ("cost (USD)", dollars(("totals", "cost"), t["cost"])),
         ("prompt tokens", metric(("totals", "prompt_tokens"), t["prompt_tokens"])),
         ("completion tokens", metric(("totals", "completion_tokens"), t["completion_tokens"])),
         ("retried attempts", metric(("totals", "retried_attempts"), t["retried_attempts"])),
@@ -279,20 +497,53 @@ def render_html(report: dict) -> str:
     sections = [
         _section(
             "Outcomes",
-            bar_chart("outcomes", report["outcomes"], colours=OUTCOME_COLOURS),
+            bar_chart("outcomes", report["outcomes"], OUTCOME_COLOURS.get, "samples or requests"),
             "Every stored completion is verified, unverified or truncated once reconstructed; "
-            "failed requests never produced one.",
+            "failed counts requests that never produced one.",
         ),
         _section(
             "Verification reasons",
-            bar_chart("verification_reasons", report["verification_reasons"]),
+            bar_chart(
+                "verification_reasons",
+                report["verification_reasons"],
+                lambda name: GREEN if name == "ok" else AMBER,
+                "samples",
+            )
+            + reason_table(report),
+            "Green is proven; amber keeps the sample out of the default export.",
         ),
-        _section("Finish reasons", bar_chart("finish_reasons", report["finish_reasons"])),
+        _section(
+            "Finish reasons",
+            bar_chart(
+                "finish_reasons",
+                report["finish_reasons"],
+                lambda name: FINISH_COLOURS.get(name, RED),
+                "completions",
+            ),
+            "length is a turn cut at max_tokens (truncated, exported only when asked).",
+        ),
         _section(
             "Errors",
-            bar_chart("failure_reasons", report["failure_reasons"])
-            + bar_chart("attempt_errors", report["attempt_errors"]),
-            "Final failures by reason, then every failed attempt by kind (retried or final).",
+            "<h3>Final failures, by reason</h3>"
+            + bar_chart("failure_reasons", report["failure_reasons"], lambda _: RED, "turns")
+            + "<h3>Retried attempts, by kind</h3>"
+            + bar_chart(
+                "retried_errors", report.get("retried_errors") or {}, lambda _: AMBER, "attempts"
+            ),
+            "A final failure is a turn with no completion; a retried attempt failed and was sent "
+            "again (the completion may still have come).",
+        ),
+        _section(
+            "Rejected rows",
+            rejected_section(report.get("rejected") or {}),
+            "Input rows that could not be used; each is listed with its file, line and reason.",
+        ),
+        _section(
+            "Sequence length against max_length",
+            sequence_section(report),
+            "Whole training rows: prompt and generated ids. A trainer cuts rows longer than its "
+            "max_length (SpecForge's --max-length, 2048 by default), losing their end.",
+            wide=True,
         ),
     ]
     for name, title in (
@@ -300,12 +551,15 @@ def render_html(report: dict) -> str:
         ("reasoning", "Reasoning tokens"),
         ("answer", "Answer tokens"),
     ):
-        sections.append(_section(f"{title} per sample", histogram(name, report["lengths"][name])))
+        axis = f"{name} length (tokens)"
+        sections.append(
+            _section(f"{title} per sample", histogram(name, report["lengths"][name], axis))
+        )
     sections.append(
         _section(
             "Providers",
             provider_section(report["providers"]),
-            "Latency is from the first attempt to the stored answer.",
+            "Latency is from the first attempt to the stored answer, retries included.",
             wide=True,
         )
     )
@@ -319,7 +573,15 @@ def render_html(report: dict) -> str:
             wide=True,
         )
     )
-    sections.append(_section("Throughput over time", throughput_chart(report["throughput"])))
+    sections.append(
+        _section(
+            "Throughput over time",
+            throughput_chart(report["throughput"]),
+            "Completions stored per time bucket while the run worked; a pause (Ctrl-C and a "
+            "resume, a stop at --max-cost, a stall) is a labelled break, not empty buckets.",
+            wide=True,
+        )
+    )
     title = f"draftgen report: {report['run_dir']}"
     subtitle = " · ".join(
         html.escape(str(part))
@@ -333,11 +595,41 @@ def render_html(report: dict) -> str:
     return PAGE.format(
         title=html.escape(title),
         subtitle=subtitle,
+        source=source_banner(report),
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report["generated_at"])),
         version=html.escape(report["draftgen_version"]),
         cards=card_html,
         sections="".join(sections),
     )
+
+
+def source_banner(report: dict) -> str:
+    """Where the data came from, first thing on the page: synthetic data must not pass for real."""
+    sources = report.get("sources") or []
+    active = report.get("active_run")
+    note = (
+        f'<p class="banner warn">A run is active ({html.escape(str(active))}): these numbers '
+        "are a snapshot.</p>"
+        if active
+        else ""
+    )
+    if sources and all(s.get("server") == "simulator" for s in sources):
+        where = ", ".join(
+            "the built-in simulator (no --base-url)"
+            if s["endpoint"] == "built-in simulator"
+            else f"a draftgen simulator at {html.escape(s['endpoint'])}"
+            for s in sources
+        )
+        return note + (
+            f'<p class="banner warn">Data source: {where}. These completions are synthetic: '
+            "a dry run, not training data.</p>"
+        )
+    if not sources:
+        return note + '<p class="banner">Data source: not recorded.</p>'
+    listed = ", ".join(
+        f"{html.escape(s['endpoint'])} ({html.escape(s.get('server', 'unknown'))})" for s in sources
+    )
+    return note + f'<p class="banner">Data source: {listed}.</p>'
 
 
 def _section(title: str, body: str, note: str = "", wide: bool = False) -> str:
@@ -346,70 +638,170 @@ def _section(title: str, body: str, note: str = "", wide: bool = False) -> str:
     return f"{tag}<h2>{html.escape(title)}</h2>{note_html}{body}</section>"
 
 
-def bar_chart(path: str, table: dict, colours: dict | None = None) -> str:
-    """Horizontal bars, one per entry, with their counts tagged in a table below."""
+def bar_chart(path: str | tuple, table: dict, colour_of, unit: str) -> str:
+    """Horizontal bars, one per entry, coloured by what the entry means, with the axis named in
+    ``unit`` and the counts (at ``path`` in report.json) tagged in a table below."""
+    path = (path,) if isinstance(path, str) else path
     if not table:
-        return f'<p class="empty">{html.escape(path.replace("_", " "))}: none</p>'
+        return f'<p class="empty">{html.escape(path[-1].replace("_", " "))}: none</p>'
     svg = _bars_svg(
         table,
-        lambda i, name: (colours or {}).get(name, PALETTE[i % len(PALETTE)]),
-        lambda name, count: f"<title>{html.escape(str(name))}: {count}</title>",
+        lambda i, name: colour_of(name) or GREY,
+        lambda name, count: f"<title>{html.escape(str(name))}: {count} {unit}</title>",
+        lambda value: str(value),
+        unit,
     )
     rows = "".join(
         f"<tr><td>{html.escape(str(name))}</td>"
-        f'<td class="r">{metric((path, name), count)}</td></tr>'
+        f'<td class="r">{metric((*path, name), count)}</td></tr>'
         for name, count in table.items()
     )
     return svg + f'<table class="counts">{rows}</table>'
 
 
-def _bars_svg(table: dict, colour_of, inner_of, label_of=None) -> str:
-    """The SVG of horizontal bars scaled to the largest value; callers choose colour and labels."""
-    label_w, bar_w, row_h = 230, 420, 24
+def _bars_svg(table: dict, colour_of, inner_of, label_of, axis: str) -> str:
+    """The SVG of horizontal bars scaled to the largest value, with the value axis titled
+    ``axis`` (its unit) under them; callers choose colour and labels."""
+    longest = max(len(str(name)) for name in table)
+    label_w, bar_w, row_h = min(max(120, 7 * min(longest, MAX_LABEL) + 16), 440), 420, 24
     peak = max(table.values()) or 1
     height = row_h * len(table) + 8
+    total = height + 34
     parts = [
-        f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 90} {height}" '
-        f'width="{label_w + bar_w + 90}" height="{height}" role="img">'
+        f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 90} {total}" '
+        f'width="{label_w + bar_w + 90}" height="{total}" role="img">'
     ]
     for i, (name, value) in enumerate(table.items()):
         y = 4 + i * row_h
         width = max(1.0, bar_w * value / peak) if value else 0
+        label = str(name) if len(str(name)) <= MAX_LABEL else str(name)[: MAX_LABEL - 1] + "…"
         parts.append(
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(str(name))}'
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(label)}'
             f'</text><rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
             f'fill="{colour_of(i, name)}">{inner_of(name, value)}</rect>'
+            f'<text x="{label_w + width + 6:.1f}" y="{y + 16}" class="tick">'
+            f"{label_of(value)}</text>"
         )
-        if label_of is not None:
-            parts.append(
-                f'<text x="{label_w + width + 6:.1f}" y="{y + 16}" class="tick">'
-                f"{label_of(value)}</text>"
-            )
-    parts.append("</svg>")
+    parts.append(
+        f'<line x1="{label_w}" y1="{height}" x2="{label_w + bar_w}" y2="{height}" class="axis"/>'
+        f'<text x="{label_w}" y="{height + 14}" class="tick">0</text>'
+        f'<text x="{label_w + bar_w}" y="{height + 14}" text-anchor="end" class="tick">'
+        f"{_tick(peak)}</text>"
+        f'<text x="{label_w + bar_w / 2}" y="{height + 28}" text-anchor="middle" '
+        f'class="axis-title">{html.escape(axis)}</text></svg>'
+    )
     return "".join(parts)
 
 
-def histogram(name: str, dist: dict) -> str:
+def _tick(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def reason_table(report: dict) -> str:
+    meanings = report.get("reason_meanings") or {}
+    if not meanings:
+        return ""
+    link = _docs_link()
+    rows = "".join(
+        f"<tr><td><code>{html.escape(reason)}</code></td>"
+        f"<td>{html.escape(entry['meaning'])}</td>"
+        f"<td>{link(entry['docs'])}</td></tr>"
+        for reason, entry in meanings.items()
+    )
+    return (
+        '<table class="grid"><tr><th>reason</th><th>what it means</th><th>more</th></tr>'
+        f"{rows}</table>"
+    )
+
+
+def _docs_link():
+    """A link to a docs section: the checkout's docs when draftgen runs from one, else the path
+    (the page fetches nothing either way; a link is only followed when clicked)."""
+    root = Path(draftgen.__file__).resolve().parents[2] / "docs"
+
+    def link(target: str) -> str:
+        name, _, anchor = target.partition("#")
+        path = root.parent / name
+        if path.is_file():
+            href = html.escape(path.as_uri() + (f"#{anchor}" if anchor else ""))
+            return f'<a href="{href}">{html.escape(target)}</a>'
+        return f"<code>{html.escape(target)}</code>"
+
+    return link
+
+
+def rejected_section(rejected: dict) -> str:
+    if not rejected.get("rows"):
+        return '<p class="empty">no rows rejected</p>'
+    chart = bar_chart(
+        ("rejected", "reasons"), rejected.get("reasons") or {}, lambda _: GREY, "rows"
+    )
+    where = html.escape(str(rejected.get("file", REJECTED_NAME)))
+    return (
+        f'<p class="stats">{metric(("rejected", "rows"), rejected["rows"])} rows, each with its '
+        f"file, line and reason in <code>{where}</code></p>{chart}"
+    )
+
+
+def sequence_section(report: dict) -> str:
+    dist = report["lengths"].get("sequence") or {}
+    fit = report.get("max_length_fit") or []
+    chart = histogram("sequence", dist, "prompt + completion (tokens)", markers=fit)
+    if not fit:
+        return chart
+    rows = "".join(
+        f'<tr><td class="r">{row["max_length"]}</td>'
+        f'<td class="r">{metric(("max_length_fit", i, "fits"), row["fits"])}</td>'
+        f'<td class="r">{percent(("max_length_fit", i, "share"), row["share"])}</td>'
+        f'<td class="r">{metric(("max_length_fit", i, "cut"), row["cut"])}</td></tr>'
+        for i, row in enumerate(fit)
+    )
+    return chart + (
+        '<table class="grid"><tr><th>max_length</th><th>samples whole</th><th>share whole</th>'
+        f"<th>samples cut</th></tr>{rows}</table>"
+    )
+
+
+def histogram(name: str, dist: dict, quantity: str, markers: list | None = None) -> str:
+    """Equal-width bins of ``quantity`` (x axis, tokens) against samples (y axis); ``markers``
+    draws each ``max_length`` that falls inside the range as a dashed line."""
     if not dist.get("count"):
         return '<p class="empty">no values recorded</p>'
     bins = dist["histogram"]
-    w, h, pad = 640, 180, 36
+    w, h, pad, top = 640, 180, 48, 10
     peak = max(b["count"] for b in bins) or 1
     bar = (w - pad) / len(bins)
+    span = bins[-1]["hi"] or 1
     parts = [
-        f'<svg class="chart" viewBox="0 0 {w} {h + 30}" width="{w}" height="{h + 30}" role="img">',
+        f'<svg class="chart" viewBox="0 0 {w} {h + 44}" width="{w}" height="{h + 44}" role="img">',
         f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" class="axis"/>',
+        f'<line x1="{pad}" y1="{top}" x2="{pad}" y2="{h}" class="axis"/>',
     ]
     for i, b in enumerate(bins):
-        bh = (h - 10) * b["count"] / peak
+        bh = (h - top) * b["count"] / peak
         x = pad + i * bar
         parts.append(
             f'<rect x="{x + 1:.1f}" y="{h - bh:.1f}" width="{bar - 2:.1f}" height="{bh:.1f}" '
-            f'fill="{PALETTE[0]}"><title>{b["lo"]}–{b["hi"]}: {b["count"]}</title></rect>'
+            f'fill="{BLUE}"><title>{b["lo"]}–{b["hi"]} tokens: {b["count"]} samples</title></rect>'
         )
         if i % max(1, len(bins) // 6) == 0:
-            parts.append(f'<text x="{x:.1f}" y="{h + 16}" class="tick">{b["lo"]}</text>')
-    parts.append(f'<text x="{pad - 6}" y="14" text-anchor="end" class="tick">{peak}</text></svg>')
+            parts.append(f'<text x="{x:.1f}" y="{h + 14}" class="tick">{b["lo"]}</text>')
+    for row in markers or []:
+        if row["max_length"] < span:
+            x = pad + (w - pad) * row["max_length"] / span
+            parts.append(
+                f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h}" class="marker"/>'
+                f'<text x="{x + 3:.1f}" y="{top + 10}" class="tick">max_length '
+                f"{row['max_length']}</text>"
+            )
+    parts.append(
+        f'<text x="{pad - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak}</text>'
+        f'<text x="{pad - 6}" y="{h}" text-anchor="end" class="tick">0</text>'
+        f'<text x="12" y="{(h + top) / 2}" transform="rotate(-90 12 {(h + top) / 2})" '
+        'text-anchor="middle" class="axis-title">samples</text>'
+        f'<text x="{(w + pad) / 2}" y="{h + 34}" text-anchor="middle" class="axis-title">'
+        f"{html.escape(quantity)}</text></svg>"
+    )
     stats = " · ".join(
         f"{label} {metric(('lengths', name, key), dist[key])}"
         for label, key in (
@@ -420,44 +812,51 @@ def histogram(name: str, dist: dict) -> str:
             ("max", "max"),
         )
     )
-    return "".join(parts) + f'<p class="stats">{stats}</p>'
+    return "".join(parts) + f'<p class="stats">{stats} tokens</p>'
 
 
 def provider_section(table: list[dict]) -> str:
     if not table:
         return '<p class="empty">no completions stored</p>'
-    latency = {row["provider"]: row["latency_p50"] or 0.0 for row in table}
-    chart = bar_chart_plain(latency, "s")
+    chart = _bars_svg(
+        {row["provider"]: row["latency_p50"] or 0.0 for row in table},
+        lambda i, name: share_colour(table[i]["verified_share"]),
+        lambda name, value: f"<title>{html.escape(str(name))}: {value:.3f} s</title>",
+        lambda value: f"{value:.3f} s",
+        "median latency (seconds)",
+    )
     header = (
         "provider",
         "completions",
-        "cost",
+        "cost (USD)",
         "latency p50 (s)",
         "latency p90 (s)",
         "retried errors",
         "unverified",
         "verified share",
     )
-    keys = (
-        "completions",
-        "cost",
-        "latency_p50",
-        "latency_p90",
-        "retried_errors",
-        "unverified",
-        "verified_share",
-    )
     body = []
     for i, row in enumerate(table):
-        cells = "".join(
-            f'<td class="r">{metric(("providers", i, key), row[key], 4 if key == "cost" else None)}'
-            "</td>"
-            for key in keys
+        cells = [
+            metric(("providers", i, "completions"), row["completions"]),
+            dollars(("providers", i, "cost"), row["cost"]),
+            metric(("providers", i, "latency_p50"), row["latency_p50"]),
+            metric(("providers", i, "latency_p90"), row["latency_p90"]),
+            metric(("providers", i, "retried_errors"), row["retried_errors"]),
+            metric(("providers", i, "unverified"), row["unverified"]),
+            percent(("providers", i, "verified_share"), row["verified_share"])
+            if row["verified_share"] is not None
+            else "–",
+        ]
+        body.append(
+            f"<tr><td>{html.escape(row['provider'])}</td>"
+            + "".join(f'<td class="r">{cell}</td>' for cell in cells)
+            + "</tr>"
         )
-        body.append(f"<tr><td>{html.escape(row['provider'])}</td>{cells}</tr>")
     head = "".join(f"<th>{h}</th>" for h in header)
     return (
-        f'<h3>Median latency</h3>{chart}<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
+        f"<h3>Median latency</h3>{chart}{share_legend()}"
+        f'<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
     )
 
 
@@ -466,9 +865,10 @@ def endpoint_section(table: list[dict]) -> str:
         return '<p class="empty">no endpoint recorded (a run from before draftgen kept them)</p>'
     chart = _bars_svg(
         {row["endpoint"]: row["requests"] for row in table},
-        lambda i, name: PALETTE[(i + 2) % len(PALETTE)],
+        lambda i, name: share_colour(table[i].get("verified_share")),
         lambda name, value: f"<title>{html.escape(str(name))}: {value} requests</title>",
         lambda value: f"{value} requests",
+        "requests (attempts sent)",
     )
     keys = (
         "requests",
@@ -481,58 +881,88 @@ def endpoint_section(table: list[dict]) -> str:
         "prompt_tokens",
         "completion_tokens",
     )
-    header = ("endpoint", *(key.replace("_", " ") for key in keys))
+    header = ("endpoint", *(key.replace("_", " ") for key in keys), "verified share")
     body = []
     for i, row in enumerate(table):
-        cells = "".join(
-            '<td class="r">'
-            + (metric(("endpoints", i, key), row[key]) if row[key] is not None else "–")
-            + "</td>"
-            for key in keys
+        cells = [
+            metric(("endpoints", i, key), row[key]) if row[key] is not None else "–" for key in keys
+        ]
+        share = row.get("verified_share")
+        cells.append(
+            percent(("endpoints", i, "verified_share"), share) if share is not None else "–"
         )
         name = html.escape(row["endpoint"]) + (" (removed)" if row["removed"] else "")
-        body.append(f"<tr><td>{name}</td>{cells}</tr>")
+        body.append(
+            f"<tr><td>{name}</td>" + "".join(f'<td class="r">{c}</td>' for c in cells) + "</tr>"
+        )
     head = "".join(f"<th>{h}</th>" for h in header)
-    return f'{chart}<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
-
-
-def bar_chart_plain(table: dict, unit: str) -> str:
-    """Bars without data-metric tags (their numbers are in the table below)."""
-    return _bars_svg(
-        table,
-        lambda i, name: PALETTE[(i + 1) % len(PALETTE)],
-        lambda name, value: "",
-        lambda value: f"{value:.3f} {unit}",
-    )
+    return f'{chart}{share_legend()}<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
 
 
 def throughput_chart(data: dict) -> str:
+    """Bars per time bucket (an empty bucket is visibly empty), with each pause a hatched break
+    labelled with its length."""
     points = data["points"]
     if not points:
         return '<p class="empty">no completions stored</p>'
-    w, h, pad = 640, 180, 36
+    pauses = data.get("pauses") or []
+    w, h, pad, top, gap = 640, 180, 48, 10, 56
     peak = max(p["completions"] for p in points) or 1
-    step = (w - pad) / max(1, len(points) - 1)
-    coords = [
-        (pad + i * step, h - (h - 10) * p["completions"] / peak) for i, p in enumerate(points)
-    ]
-    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-    area = f"{pad},{h} {line} {coords[-1][0]:.1f},{h}"
-    span = points[-1]["t"]
+    slot = (w - pad - gap * len(pauses)) / len(points)
     parts = [
-        f'<svg class="chart" viewBox="0 0 {w} {h + 30}" width="{w}" height="{h + 30}" role="img">',
-        f'<polygon points="{area}" fill="{PALETTE[0]}" fill-opacity="0.25"/>',
-        f'<polyline points="{line}" fill="none" stroke="{PALETTE[0]}" stroke-width="2"/>',
+        f'<svg class="chart" viewBox="0 0 {w} {h + 44}" width="{w}" height="{h + 44}" role="img">',
         f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" class="axis"/>',
-        f'<text x="{pad}" y="{h + 16}" class="tick">0 s</text>',
-        f'<text x="{w}" y="{h + 16}" text-anchor="end" class="tick">{span:g} s</text>',
-        f'<text x="{pad - 6}" y="14" text-anchor="end" class="tick">{peak}</text></svg>',
+        f'<line x1="{pad}" y1="{top}" x2="{pad}" y2="{h}" class="axis"/>',
     ]
+    x, segment = float(pad), 0
+    parts.append(f'<text x="{pad}" y="{h + 14}" class="tick">0 s</text>')
+    for point in points:
+        if point.get("segment", 0) != segment:
+            pause = pauses[segment]
+            parts.append(
+                f'<rect x="{x + 4:.1f}" y="{top}" width="{gap - 8}" height="{h - top}" '
+                f'class="pause"><title>paused {_duration(pause["seconds"])}</title></rect>'
+                f'<text x="{x + gap / 2:.1f}" y="{top + 12}" text-anchor="middle" class="tick">'
+                f"paused</text>"
+                f'<text x="{x + gap / 2:.1f}" y="{top + 26}" text-anchor="middle" class="tick">'
+                f"{_duration(pause['seconds'])}</text>"
+                f'<text x="{x + gap:.1f}" y="{h + 14}" class="tick">{point["t"]:g} s</text>'
+            )
+            x += gap
+            segment = point["segment"]
+        bh = (h - top) * point["completions"] / peak
+        parts.append(
+            f'<rect x="{x:.1f}" y="{h - bh:.1f}" width="{max(slot - 1, 0.5):.1f}" '
+            f'height="{bh:.1f}" fill="{BLUE}"><title>{point["t"]:g} s: '
+            f"{point['completions']} completions, {point['tokens']} tokens</title></rect>"
+        )
+        x += slot
     seconds = data["bucket_seconds"]
+    last = points[-1]["t"] + seconds
+    parts.append(
+        f'<text x="{w}" y="{h + 14}" text-anchor="end" class="tick">{last:g} s</text>'
+        f'<text x="{pad - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak}</text>'
+        f'<text x="{pad - 6}" y="{h}" text-anchor="end" class="tick">0</text>'
+        f'<text x="12" y="{(h + top) / 2}" transform="rotate(-90 12 {(h + top) / 2})" '
+        f'text-anchor="middle" class="axis-title">completions per {seconds:g} s</text>'
+        f'<text x="{(w + pad) / 2}" y="{h + 34}" text-anchor="middle" class="axis-title">'
+        "seconds since the first completion</text></svg>"
+    )
     total = sum(p["completions"] for p in points)
+    paused = "; paused " + ", ".join(_duration(p["seconds"]) for p in pauses) if pauses else ""
     return "".join(parts) + (
         f'<p class="stats">completions per {metric(("throughput", "bucket_seconds"), seconds)} s '
-        f"bucket; {total} in {len(points)} buckets</p>"
+        f"bucket; {total} in {len(points)} buckets{paused}</p>"
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    hours, rest = divmod(seconds, 3600)
+    return (
+        f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60} min {rest % 60} s"
     )
 
 
@@ -545,7 +975,10 @@ body {{ font: 14px/1.45 system-ui, sans-serif; margin: 24px 32px; color: #1d2733
 h1 {{ font-size: 22px; margin: 0 0 4px; }}
 h2 {{ font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #d5dbe3; }}
 h3 {{ font-size: 14px; margin: 12px 0 4px; }}
-.sub {{ color: #5a6b7d; margin-bottom: 16px; }}
+.sub {{ color: #5a6b7d; margin-bottom: 10px; }}
+.banner {{ background: #eef3f9; border-left: 4px solid #2f6db5; padding: 6px 12px;
+          margin: 0 0 12px; }}
+.banner.warn {{ background: #fdf2e6; border-left-color: #e08a2e; }}
 .cards {{ display: flex; flex-wrap: wrap; gap: 10px; }}
 .card {{ background: #eef3f9; border-radius: 6px; padding: 10px 14px; min-width: 130px; }}
 .card .label {{ color: #5a6b7d; font-size: 12px; }}
@@ -556,15 +989,20 @@ section.wide {{ grid-column: 1 / -1; }}
 svg.chart {{ display: block; max-width: 100%; height: auto; }}
 svg text {{ font: 12px system-ui, sans-serif; fill: #1d2733; }}
 svg text.tick {{ fill: #5a6b7d; font-size: 11px; }}
+svg text.axis-title {{ fill: #3b4a5a; font-size: 12px; font-style: italic; }}
 svg .axis {{ stroke: #8f9bab; }}
+svg .marker {{ stroke: #c2453d; stroke-dasharray: 4 3; }}
+svg .pause {{ fill: #e6eaef; stroke: #b8c2cd; stroke-dasharray: 3 3; }}
 table {{ border-collapse: collapse; margin-top: 6px; }}
 td, th {{ padding: 2px 10px; border-bottom: 1px solid #e6eaef; text-align: left; }}
 td.r {{ text-align: right; font-variant-numeric: tabular-nums; }}
-.note, .stats, .empty {{ color: #5a6b7d; }}
+.note, .stats, .empty, .legend {{ color: #5a6b7d; }}
+.swatch {{ display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 8px; }}
 </style></head>
 <body>
 <h1>{title}</h1>
 <div class="sub">{subtitle} · generated {generated} by draftgen {version}</div>
+{source}
 <div class="cards">{cards}</div>
 <main>{sections}</main>
 </body></html>

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import fcntl
 import os
 import queue
@@ -632,10 +633,56 @@ class RunLock:
         return None
 
 
+class SampleTally:
+    """Samples reconstructed and verified so far, counted by a thread of its own every few
+    seconds on its own connection: a live display reads two numbers, the loop never waits."""
+
+    def __init__(self, path: Path, every: float = 2.0) -> None:
+        self.path = path
+        self.every = every
+        self.samples = 0
+        self.verified = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="draftgen-tally", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def count(self, db: sqlite3.Connection) -> None:
+        self.samples, self.verified = db.execute(
+            "SELECT count(*), coalesce(sum(verified = 1 AND truncated = 0), 0) FROM samples"
+        ).fetchone()
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        except sqlite3.Error:
+            return  # a figure of the display only: the run goes on without it
+        try:
+            while True:
+                try:
+                    self.count(db)
+                except sqlite3.Error:
+                    pass
+                if self._stop.wait(self.every):
+                    with contextlib.suppress(sqlite3.Error):
+                        self.count(db)  # the figures as the display closes
+                    return
+        finally:
+            db.close()
+
+
 class CompletionWriter:
     """A thread committing completions and failures in groups; awaiting a write means durable."""
 
     def __init__(self, path: Path) -> None:
+        self.failure_reasons: collections.Counter = collections.Counter()  # this process's
         self._queue: queue.Queue = queue.Queue()
         self._db = connect(path)
         self._thread = threading.Thread(target=self._run, name="draftgen-store", daemon=True)
@@ -695,6 +742,7 @@ class CompletionWriter:
         self, key: str, source_id: str, turn: int, reason: str, attempts: int, errors: list[dict]
     ) -> None:
         row = (key, source_id, turn, reason, attempts, _json_or_none(errors), time.time())
+        self.failure_reasons[reason] += 1
         await self._submit([(INSERT_FAILURE, row)])
 
     def note_endpoint_event(self, endpoint: str, event: str, detail: str) -> None:

@@ -34,6 +34,15 @@ VOCAB_FILES_NAMES = {"vocab_file": "tiktoken.model"}
 _MAX_ENCODE_CHARS = 400_000
 _MAX_RUN_CHARS = 25_000
 
+_ROLE_TOKENS = (
+    "<|im_end|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "[EOT]",
+    "<|im_system|>",
+    "<|im_middle|>",
+)
+
 
 def load_ranks(path: str | os.PathLike) -> dict[bytes, int]:
     """A tiktoken model file (one ``base64(token) rank`` per line) as mergeable ranks.
@@ -88,7 +97,8 @@ class TikTokenTokenizer(PreTrainedTokenizer):
         first_special = len(ranks)
         last_special = max(named, default=first_special - 1)
         self.special_tokens = {
-            named.get(i, f"<|reserved_token_{i}|>"): i for i in range(first_special, last_special + 1)
+            named.get(i, f"<|reserved_token_{i}|>"): i
+            for i in range(first_special, last_special + 1)
         }
         self.model = tiktoken.Encoding(
             name=Path(vocab_file).name,
@@ -112,12 +122,8 @@ class TikTokenTokenizer(PreTrainedTokenizer):
         self.encoder: dict[str, int] = {text: i for i, text in self.decoder.items()}
 
         if additional_special_tokens is None:
-            additional_special_tokens = [
-                t
-                for t in ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "[EOT]", "<|im_system|>")
-                + ("<|im_middle|>",)
-                if t in self.special_tokens
-            ]
+            # Only tokens of the vocabulary: any other would be appended as a new id.
+            additional_special_tokens = [t for t in _ROLE_TOKENS if t in self.special_tokens]
         super().__init__(
             bos_token=bos_token,
             eos_token=eos_token,
@@ -184,7 +190,9 @@ class TikTokenTokenizer(PreTrainedTokenizer):
         raw = bytes(self.byte_decoder[char] for char in "".join(tokens))
         return raw.decode("utf-8", "replace")
 
-    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str]:
+    def save_vocabulary(
+        self, save_directory: str, filename_prefix: str | None = None
+    ) -> tuple[str]:
         if not os.path.isdir(save_directory):
             raise ValueError(f"vocabulary path ({save_directory}) should be a directory")
         prefix = f"{filename_prefix}-" if filename_prefix else ""

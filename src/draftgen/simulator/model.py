@@ -22,20 +22,7 @@ FORCED = "forced"  # prompt ends with think_start: the model writes reasoning, t
 DISABLED = "disabled"  # prompt ends with think_end (+ whitespace): thinking is off
 OPEN = "open"  # the model writes think_start itself
 
-# Tool-call markup each family writes as plain text when the request carried no ``tools``.
-TOOL_CALL_TEXT: dict[str, str] = {
-    "kimi-k2": (
-        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
-        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|>'
-        "<|tool_calls_section_end|>"
-    ),
-    "deepseek-v3": (
-        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
-        '{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
-    ),
-    "qwen3": '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-}
-# The call behind the raw tool-call text of families not listed above (built from the profile).
+# The call behind the raw tool-call text a model writes into content (built by its profile).
 RAW_TEXT_CALL = {
     "id": "call_0",
     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
@@ -47,8 +34,6 @@ def raw_tool_call_text(profile: ModelProfile) -> str:
 
     Harmony addresses calls to a channel instead, which a provider never shows as content.
     """
-    if profile.name in TOOL_CALL_TEXT:
-        return TOOL_CALL_TEXT[profile.name]
     if not profile.tool_call_format or profile.tool_call_format == HARMONY_TOOL_CALLS:
         return ""
     return profile.tool_call_markups([RAW_TEXT_CALL], "x")[0].text

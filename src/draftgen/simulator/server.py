@@ -46,6 +46,7 @@ from draftgen.simulator.model import (
 from draftgen.tokenizer import load_tokenizer
 
 API_PREFIX = "/api/v1"
+SIMULATOR_KEY_LABEL = "draftgen simulator (synthetic data)"
 PROMPT_CACHE_SIZE = 2048
 
 
@@ -477,7 +478,7 @@ class Simulator:
         usage = sum(r["cost"] for r in self.truth.values())
         body = {
             "data": {
-                "label": "simulator",
+                "label": SIMULATOR_KEY_LABEL,  # how the probe tells the simulator's data apart
                 "limit": None,
                 "usage": usage,
                 "limit_remaining": None,

