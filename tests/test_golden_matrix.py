@@ -81,6 +81,8 @@ HARMONY_FINAL = "<|end|><|start|>assistant<|channel|>final<|message|>"
 
 FAMILIES = {
     "kimi-k2.5": Family("kimi-k2", "<|im_end|>", "", "</think>", markup=KIMI_MARKUP),
+    # K2.5 as Moonshot ships it: remote code (a slow tiktoken class), the same ids.
+    "kimi-k2.5-remote": Family("kimi-k2", "<|im_end|>", "", "</think>", markup=KIMI_MARKUP),
     "kimi-k2-thinking": Family("kimi-k2", "<|im_end|>", "<think>", "</think>", markup=KIMI_MARKUP),
     "deepseek-v4": Family(
         "deepseek-v3", "<｜end▁of▁sentence｜>", "", "</think>", markup=DEEPSEEK_MARKUP

@@ -358,7 +358,13 @@ def simulated(tmp_path, monkeypatch, tokenizer, rows=12, quirks=None, **options)
 
 @pytest.mark.parametrize(
     "tokenizer, effort",
-    [("fixture:kimi-k2.5", "none"), ("fixture:deepseek-v3.1", "high"), ("fixture:qwen3", "none")],
+    [
+        ("fixture:kimi-k2.5", "none"),
+        ("fixture:kimi-k2.5-remote", "none"),
+        ("fixture:kimi-k2.5-remote", "high"),
+        ("fixture:deepseek-v3.1", "high"),
+        ("fixture:qwen3", "none"),
+    ],
 )
 def test_the_thinking_switch_reaches_the_recorded_prompt(tmp_path, monkeypatch, tokenizer, effort):
     """Kimi-K2.5 with effort none and DeepSeek-V3.1 with effort high were 0 of N verified (or

@@ -362,23 +362,27 @@ def _mode_doubt(
     prompt_text: str,
     prompt_ids: list[int],
 ) -> str:
-    """Why the thinking mode of the prompt is unproven ("" if it is proven or unambiguous).
+    """Why the thinking mode of the prompt is unproven ("" if it is proven).
 
-    A rendering with the thinking switch the other way that ends in another mode, has the same
-    token count, and after which the completion can also be read with the provider's count, is
-    what the server may have rendered instead (``<think>`` and ``</think>`` are one token each).
-    Then only the response can tell: reasoning (or a closed think block in the content) shows a
-    thinking prompt, none a non-thinking one.
+    The response shows the mode the server rendered: reasoning (or a closed think block in the
+    content) a thinking prompt, none a non-thinking one. When it shows the recorded mode, that is
+    proof. When it does not, the counts must rule out the other mode: a rendering with the
+    thinking switch the other way that ends in the other mode, has the same token count, and
+    after which the completion can also be read with the provider's count, is what the server
+    may have rendered instead (``<think>`` and ``</think>`` are one token each).
     """
     variable = profile.thinking_variable
     if not variable:
         return ""
+    mode = prompt_mode(prompt_text, profile)
+    completion = stored.completion
+    shows_thinking = bool(completion.reasoning) or profile.think_end in (completion.content or "")
+    if shows_thinking == (mode != "closed"):
+        return ""
     rendering = stored.rendering
     variables = dict(rendering.variables) if rendering is not None else {}
     instant = (rendering.instant if rendering is not None else None) or _recorded_or_now(stored)
-    mode = prompt_mode(prompt_text, profile)
     renderer = renderer_for(tokenizer, profile)
-    rival = ""
     for value in (True, False):
         if variables.get(variable) is value:
             continue
@@ -394,20 +398,13 @@ def _mode_doubt(
             same = len(rival_ids) == len(prompt_ids)
         else:
             same = _same_count(tokenizer, prompt_text, len(prompt_ids), text)
-        if same and _reading_fits(stored.completion, text, tokenizer, profile):
-            rival = f"{variable}={value}"
-            break
-    if not rival:
-        return ""
-    completion = stored.completion
-    shows_thinking = bool(completion.reasoning) or profile.think_end in (completion.content or "")
-    if shows_thinking == (mode != "closed"):
-        return ""
-    said = "returned reasoning" if shows_thinking else "returned no reasoning"
-    return (
-        f"the prompt rendered with {rival} has the same token count and the response "
-        f"{said}, so the {mode} thinking prompt is not proven"
-    )
+        if same and _reading_fits(completion, text, tokenizer, profile):
+            said = "returned reasoning" if shows_thinking else "returned no reasoning"
+            return (
+                f"the prompt rendered with {variable}={value} has the same token count and the "
+                f"response {said}, so the {mode} thinking prompt is not proven"
+            )
+    return ""
 
 
 def _reading_fits(
