@@ -86,6 +86,7 @@ def test_the_example_has_every_run_key_and_each_value_is_accepted(tmp_path):
     body = "\n".join(f"{k} = {v}" for k, v in keys.items() if v != '"..."')
     values = load_config(write(tmp_path / "all.toml", body), parser)
     assert values["concurrency"] == 64 and values["stream"] is True
+    assert values["chat_template_kwargs"] == {"enable_thinking": False}
     assert values["input"] == [str(tmp_path / "prompts.jsonl")]
     tables = tomllib.loads(text.replace("\n# [openrouter.provider]", "\n[openrouter.provider]"))
     assert tables["datasets"][0] == {"name": "chat", "path": "prompts.jsonl"}
@@ -146,6 +147,7 @@ def test_run_reads_the_local_file_unless_told_not_to(tmp_path, monkeypatch, caps
         ("[estimate]\npilot = 'x'\n", "estimate.pilot must be an integer, not a string"),
         ("[estimate]\nmodel = 'x'\n", "unknown key estimate.model"),
         ("model = \n", "is not valid TOML (Invalid value (at line 1, column 9))"),
+        ("chat_template_kwargs = 'x'\n", "chat_template_kwargs must be a table of template"),
     ],
 )
 def test_bad_keys_are_refused_naming_the_file_and_the_key(tmp_path, text, message):

@@ -151,8 +151,8 @@ def load_config(
         if key == "chat_template_kwargs" and key in run_options:
             if not isinstance(value, dict):
                 raise ConfigError(
-                    f"{path}: chat_template_kwargs must be a table ([chat_template_kwargs] with "
-                    f"one key per template variable), not {_kind(value)}"
+                    f"{path}: chat_template_kwargs must be a table of template variables, e.g. "
+                    f"chat_template_kwargs = {{ enable_thinking = false }}, not {_kind(value)}"
                 )
             values[key] = dict(value)
             continue
@@ -390,6 +390,9 @@ out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 # seed = 0  # sample k of a turn is sent seed + k
 # reasoning_effort = "high"  # none | minimal | low | medium | high | xhigh | max, or instead:
 # reasoning_max_tokens = 16000
+# Template variables for vLLM/SGLang (sent as chat_template_kwargs and used to render each prompt
+# here too; through OpenRouter, reasoning_effort sets the family's own switch instead):
+# chat_template_kwargs = { enable_thinking = false }
 # completions_per_turn = 1  # completions of each turn, each its own sample (not rows: limit)
 
 # The prompts: a list of files read one after another ...
@@ -423,12 +426,6 @@ path = "prompts.jsonl"
 # name = "code"
 # path = "code.jsonl"
 # weight = 2.0
-
-# Chat-template variables for vLLM/SGLang (sent as chat_template_kwargs, also used to render
-# each prompt locally). Through OpenRouter, use reasoning_effort: draftgen sets the family's
-# own switch (thinking, enable_thinking, reasoning_effort) from it.
-# [chat_template_kwargs]
-# enable_thinking = false
 
 # OpenRouter provider routing, sent as the request's `provider` object.
 # [openrouter.provider]
