@@ -462,16 +462,18 @@ def test_kimi_multi_turn_drops_history_reasoning(tokenizers):
     )
 
 
-def test_kimi_tool_declaration_comes_first_as_compact_json(tokenizers):
+def test_kimi_k2_thinking_declares_tools_first_as_tojson_writes_them(tokenizers):
+    """The published K2-Thinking template writes ``tools | tojson()``: transformers' tojson keeps
+    json.dumps' spaced separators (K2.5 declares them through tools_ts_str instead)."""
     text = render(
         tokenizers["kimi-k2-thinking"],
         [{"role": "user", "content": "Weather in Paris?"}],
         tools=[WEATHER_TOOL],
     )
     assert text == (
-        '<|im_system|>tool_declare<|im_middle|>[{"type":"function","function":{"name":"get_weather",'
-        '"description":"Weather for a city","parameters":{"type":"object","properties":{"city":'
-        '{"type":"string"}},"required":["city"]}}}]<|im_end|>'
+        '<|im_system|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": '
+        '"get_weather", "description": "Weather for a city", "parameters": {"type": "object", '
+        '"properties": {"city": {"type": "string"}}, "required": ["city"]}}}]<|im_end|>'
         + KIMI_SYSTEM
         + "<|im_user|>user<|im_middle|>Weather in Paris?<|im_end|>"
         + "<|im_assistant|>assistant<|im_middle|>"
