@@ -55,8 +55,8 @@ QUIRKS = [
     [
         ("fixture:kimi-k2.5", True),
         ("fixture:kimi-k2.5", False),
-        ("fixture:deepseek-v4", True),
-        ("fixture:deepseek-v4", False),
+        ("fixture:deepseek-v3-thinking", True),
+        ("fixture:deepseek-v3-thinking", False),
     ],
 )
 def test_faulty_run_exports_ground_truth(tmp_path, tokenizer, stream):

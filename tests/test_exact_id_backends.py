@@ -273,7 +273,7 @@ def exported_against_truth(
     "dialect, tokenizer, stream",
     [
         ("vllm", "fixture:kimi-k2.5", True),
-        ("vllm", "fixture:deepseek-v4", False),
+        ("vllm", "fixture:deepseek-v3-thinking", False),
         ("sglang", "fixture:kimi-k2-thinking", True),  # SGLang gives ids only unstreamed
     ],
 )

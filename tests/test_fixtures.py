@@ -121,6 +121,7 @@ SPECIAL_IDS = {
     "qwen3-thinking-2507": QWEN3_IDS,
     "qwen3-instruct-2507": QWEN3_IDS,
     "deepseek-v4": DEEPSEEK_IDS,
+    "deepseek-v3-thinking": DEEPSEEK_IDS,
 }
 
 ROUND_TRIP_SAMPLES = [
@@ -194,35 +195,38 @@ def test_unknown_name_is_a_value_error_naming_the_fixtures(tmp_path):
     with pytest.raises(ValueError) as excinfo:
         build_fixture("llama-9", cache_dir=tmp_path)
     assert str(excinfo.value) == (
-        "unknown tokenizer fixture 'llama-9': use one of deepseek-v3.1, deepseek-v3.2, "
-        "deepseek-v4, glm-4.6, gpt-oss, kimi-k2-thinking, kimi-k2.5, kimi-k2.5-remote, "
-        "minimax-m2, qwen3, qwen3-instruct-2507, qwen3-thinking-2507"
+        "unknown tokenizer fixture 'llama-9': use one of deepseek-v3-thinking, deepseek-v3.1, "
+        "deepseek-v3.2, deepseek-v4, glm-4.6, gpt-oss, kimi-k2-thinking, kimi-k2.5, "
+        "kimi-k2.5-remote, minimax-m2, qwen3, qwen3-instruct-2507, qwen3-thinking-2507"
     )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_build_is_cached_under_a_versioned_name(tmp_path):
-    first = build_fixture("deepseek-v4", cache_dir=tmp_path)
+    first = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
     mtime = (first / "tokenizer.json").stat().st_mtime_ns
-    again = build_fixture("deepseek-v4", cache_dir=tmp_path)
+    again = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
     assert again == first
     assert (again / "tokenizer.json").stat().st_mtime_ns == mtime
     assert first.parent == tmp_path
     assert (
-        first.name.startswith("deepseek-v4-v1-") and len(first.name) == len("deepseek-v4-v1-") + 10
+        first.name.startswith("deepseek-v3-thinking-v1-")
+        and len(first.name) == len("deepseek-v3-thinking-v1-") + 10
     )
     assert sorted(p.name for p in first.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
 
 
 def test_default_cache_dir_follows_draftgen_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTGEN_CACHE", str(tmp_path))
-    path = build_fixture("deepseek-v4")
+    path = build_fixture("deepseek-v3-thinking")
     assert path.parent == tmp_path / "fixtures"
 
 
 def test_concurrent_builds_share_one_complete_directory(tmp_path):
     with ThreadPoolExecutor(max_workers=6) as pool:
-        paths = list(pool.map(lambda _: build_fixture("deepseek-v4", cache_dir=tmp_path), range(6)))
+        paths = list(
+            pool.map(lambda _: build_fixture("deepseek-v3-thinking", cache_dir=tmp_path), range(6))
+        )
     assert len(set(paths)) == 1
     # No staging directory is left behind by the builders that lost the race.
     assert [p.name for p in tmp_path.iterdir()] == [paths[0].name]
@@ -231,11 +235,11 @@ def test_concurrent_builds_share_one_complete_directory(tmp_path):
 def test_the_version_sees_the_template(tmp_path, monkeypatch):
     import draftgen.fixtures as fixtures
 
-    before = build_fixture("deepseek-v4", cache_dir=tmp_path)
+    before = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
     original = fixtures._read_template
     monkeypatch.setattr(fixtures, "_read_template", lambda name: original(name) + "{#- edit -#}")
-    after = build_fixture("deepseek-v4", cache_dir=tmp_path)
-    assert after != before and after.name.startswith("deepseek-v4-v1-")
+    after = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
+    assert after != before and after.name.startswith("deepseek-v3-thinking-v1-")
 
 
 # --- vocabulary and special tokens ----------------------------------------------------------
@@ -248,8 +252,10 @@ def test_the_version_sees_the_template(tmp_path, monkeypatch):
         ("kimi-k2.5-remote", KIMI_K2),
         ("kimi-k2-thinking", KIMI_K2),
         ("qwen3", QWEN3),
-        ("deepseek-v4", DEEPSEEK_V3),
+        ("deepseek-v3-thinking", DEEPSEEK_V3),
         ("deepseek-v3.1", DEEPSEEK_V3),
+        # V3.2's and V4's vocabulary alone gives V3.1's profile: their encoders identify them.
+        ("deepseek-v4", DEEPSEEK_V3),
         # V3.2's vocabulary is V4's: its DSML profile is forced by name, never detected.
         ("deepseek-v3.2", DEEPSEEK_V3),
         ("glm-4.6", GLM),
@@ -695,7 +701,7 @@ DEEPSEEK_TOOLS_SYSTEM = (
 
 
 def test_deepseek_single_turn_and_thinking_switch(tokenizers):
-    tokenizer = tokenizers["deepseek-v4"]
+    tokenizer = tokenizers["deepseek-v3-thinking"]
     messages = [{"role": "user", "content": "Hi"}]
     text = render_prompt(tokenizer, messages, None)
     assert text == "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜><think>"
@@ -711,7 +717,7 @@ def test_deepseek_system_and_multi_turn(tokenizers):
         *MULTI_TURN,
         {"role": "system", "content": "Late."},
     ]
-    assert render(tokenizers["deepseek-v4"], messages) == (
+    assert render(tokenizers["deepseek-v3-thinking"], messages) == (
         "<｜begin▁of▁sentence｜>Be brief.\n\nLate."
         "<｜User｜>Q1<｜Assistant｜></think>A1<｜end▁of▁sentence｜>"
         "<｜User｜>Q2<｜Assistant｜><think>"
@@ -723,7 +729,7 @@ def test_deepseek_tools_are_described_in_the_system_prompt(tokenizers):
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
     ]
-    text = render(tokenizers["deepseek-v4"], messages, tools=[WEATHER_TOOL])
+    text = render(tokenizers["deepseek-v3-thinking"], messages, tools=[WEATHER_TOOL])
     assert text == (
         "<｜begin▁of▁sentence｜>Be brief.\n\n"
         + DEEPSEEK_TOOLS_SYSTEM
@@ -732,7 +738,7 @@ def test_deepseek_tools_are_described_in_the_system_prompt(tokenizers):
 
 
 def test_deepseek_tool_call_and_result_continue_the_assistant_turn(tokenizers):
-    tokenizer = tokenizers["deepseek-v4"]
+    tokenizer = tokenizers["deepseek-v3-thinking"]
     text = render(tokenizer, TOOL_CONVERSATION, tools=[WEATHER_TOOL])
     # As in V3.1, no generation prompt after a tool result: the model goes on with its answer.
     assert text == (
@@ -754,7 +760,7 @@ def test_deepseek_content_is_verbatim(tokenizers):
         {"role": "assistant", "content": content},
         {"role": "user", "content": "r"},
     ]
-    assert render(tokenizers["deepseek-v4"], messages) == (
+    assert render(tokenizers["deepseek-v3-thinking"], messages) == (
         f"<｜begin▁of▁sentence｜><｜User｜>q<｜Assistant｜></think>{content}<｜end▁of▁sentence｜>"
         "<｜User｜>r<｜Assistant｜><think>"
     )

@@ -84,7 +84,8 @@ FAMILIES = {
     # K2.5 as Moonshot ships it: remote code (a slow tiktoken class), the same ids.
     "kimi-k2.5-remote": Family("kimi-k2", "<|im_end|>", "", "</think>", markup=KIMI_MARKUP),
     "kimi-k2-thinking": Family("kimi-k2", "<|im_end|>", "<think>", "</think>", markup=KIMI_MARKUP),
-    "deepseek-v4": Family(
+    # V3.1's markup on V4's vocabulary, thinking by default (the real V4 format has its own file).
+    "deepseek-v3-thinking": Family(
         "deepseek-v3", "<｜end▁of▁sentence｜>", "", "</think>", markup=DEEPSEEK_MARKUP
     ),
     "qwen3": Family(

@@ -180,3 +180,24 @@ def test_a_run_records_where_its_data_came_from(tmp_path, monkeypatch):
     db = sqlite3.connect(tmp_path / "run" / "draftgen.sqlite")
     sources = db.execute("SELECT value FROM meta WHERE name = 'sources'").fetchone()[0]
     assert json.loads(sources) == [{"endpoint": "built-in simulator", "server": "simulator"}]
+
+
+def test_a_merge_keeps_every_source_of_its_shards(tmp_path, monkeypatch):
+    from draftgen import cli
+    from draftgen.merge import merge_runs
+    from draftgen.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    write_prompts(tmp_path / "p.jsonl", 6, invalid=False)
+    argv = ["run", "--no-config", "--input", "p.jsonl", "--model", "m", "--tokenizer", TOKENIZER]
+    for index in (0, 1):
+        assert cli.main([*argv, "--out", f"s{index}", "--shard", f"{index}/2"]) == 0
+    other = [{"endpoint": "http://gpu1:30000/v1", "server": "vllm"}]
+    with Store(tmp_path / "s1", create=False) as store:
+        store.set_meta("sources", json.dumps(other))
+    merge_runs([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")
+    with Store(tmp_path / "merged", create=False) as store:
+        assert json.loads(store.meta("sources")) == [
+            {"endpoint": "built-in simulator", "server": "simulator"},
+            *other,
+        ]

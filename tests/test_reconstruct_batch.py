@@ -10,11 +10,7 @@ from conftest import write_prompts
 
 from draftgen.pipeline import RunOptions, reconstruct_all, resolve_profile, run
 from draftgen.reconstruct import reconstruct_sample
-from draftgen.reconstruct_batch import (
-    PreEncodedTokenizer,
-    batch_encoding_agrees,
-    reconstruct_batches,
-)
+from draftgen.reconstruct_batch import PreEncodedTokenizer, reconstruct_batches
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store import Store
 from draftgen.tokenizer import decode, encode, load_tokenizer
@@ -32,7 +28,12 @@ QUIRKS = {
 
 @pytest.mark.parametrize(
     "tokenizer",
-    ["fixture:kimi-k2.5", "fixture:kimi-k2-thinking", "fixture:qwen3", "fixture:deepseek-v4"],
+    [
+        "fixture:kimi-k2.5",
+        "fixture:kimi-k2-thinking",
+        "fixture:qwen3",
+        "fixture:deepseek-v3-thinking",
+    ],
 )
 def test_batches_equal_one_at_a_time(tmp_path, monkeypatch, tokenizer):
     monkeypatch.setenv("OPENROUTER_API_KEY", "test")
@@ -80,7 +81,6 @@ def test_pre_encoded_tokenizer_falls_back_for_texts_not_given():
     assert decode(cached, ids) == "café 日本 🎉"
     ids.append(encode(tok, "!")[0])  # a changed list is decoded for real, not from the cache
     assert decode(cached, ids) == "café 日本 🎉!"
-    assert batch_encoding_agrees(tok, "Literal <|im_end|> and </think>")
 
 
 def test_following_reconstruction_takes_completions_stored_while_it_runs(tmp_path, monkeypatch):

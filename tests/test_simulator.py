@@ -16,19 +16,19 @@ from draftgen.simulator import FAULTS, QUIRKS, SimConfig, SimulatorThread, start
 from draftgen.simulator.model import token_table
 from draftgen.tokenizer import decode, encode, load_tokenizer
 
-FIXTURES = ("kimi-k2.5", "kimi-k2-thinking", "qwen3", "deepseek-v4")
+FIXTURES = ("kimi-k2.5", "kimi-k2-thinking", "qwen3", "deepseek-v3-thinking")
 # (think_start, think_end, end_of_turn) ids and where the generation prompt leaves the model.
 SPECIAL_IDS = {
     "kimi-k2.5": (163606, 163607, 163586),
     "kimi-k2-thinking": (163606, 163607, 163586),
     "qwen3": (151667, 151668, 151645),
-    "deepseek-v4": (128821, 128822, 1),
+    "deepseek-v3-thinking": (128821, 128822, 1),
 }
 LAYOUT = {
     "kimi-k2.5": "forced",
     "kimi-k2-thinking": "open",
     "qwen3": "open",
-    "deepseek-v4": "forced",
+    "deepseek-v3-thinking": "forced",
 }
 MESSAGES = [
     {"role": "system", "content": "You answer briefly."},
@@ -185,7 +185,7 @@ def test_completion_layout_and_usage(name):
     assert usage["cost_details"]["upstream_inference_cost"] == pytest.approx(expected_cost)
 
 
-@pytest.mark.parametrize("name", ["kimi-k2.5", "qwen3", "deepseek-v4"])
+@pytest.mark.parametrize("name", ["kimi-k2.5", "qwen3", "deepseek-v3-thinking"])
 def test_thinking_disabled_renders_closed_block_and_answers_only(name):
     t = tok(name)
     _, think_end, eot = SPECIAL_IDS[name]
@@ -431,7 +431,7 @@ def test_empty_reasoning_closes_the_think_block_at_once(name):
             "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>",
             163595,
         ),
-        ("deepseek-v4", "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>", 128806),
+        ("deepseek-v3-thinking", "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>", 128806),
         ("qwen3", '<tool_call>\n{"name": "get_weather"', 151657),
     ],
 )
@@ -444,7 +444,7 @@ def test_tool_call_text_arrives_as_raw_markup(name, markup, token_id):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_content_field_renames_the_field(stream):
-    _, (msg, _, rec) = _quirk_case("deepseek-v4", "reasoning_content_field", stream)
+    _, (msg, _, rec) = _quirk_case("deepseek-v3-thinking", "reasoning_content_field", stream)
     if stream:
         assert msg["reasoning"] == rec["reasoning"]  # folded under whichever name came
     else:
@@ -457,7 +457,7 @@ def test_reasoning_content_field_in_stream_deltas():
         _, _, raw = await post(server, session, {"stream": True})
         return sse_events(raw)
 
-    events = run(cfg("deepseek-v4", quirks={"reasoning_content_field": 1.0}), scenario)
+    events = run(cfg("deepseek-v3-thinking", quirks={"reasoning_content_field": 1.0}), scenario)
     deltas = [e["choices"][0]["delta"] for e in events if isinstance(e, dict) and e["choices"]]
     assert any(d.get("reasoning_content") for d in deltas)
     assert not any("reasoning" in d for d in deltas)

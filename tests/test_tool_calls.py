@@ -110,7 +110,7 @@ def kimi():
 
 @pytest.fixture(scope="module")
 def deepseek():
-    return load_tokenizer("fixture:deepseek-v4")
+    return load_tokenizer("fixture:deepseek-v3-thinking")
 
 
 def stored_for(

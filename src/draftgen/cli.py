@@ -740,7 +740,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     if summary.stopped:
-        print(f"draftgen: stopped: {summary.stopped}", file=sys.stderr)
+        print(f"draftgen: stopped: {redact(summary.stopped)}", file=sys.stderr)
         return EXIT_STOPPED
     return 0
 

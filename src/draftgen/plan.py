@@ -98,7 +98,11 @@ def count_plan(
     shard: Shard | None = None,
     on_reject: Callable[[Rejection], None] | None = None,
 ) -> PlanCount:
-    """Count rows, rejections, turns and requests as the run plans them, one row at a time."""
+    """Count rows, rejections, turns and requests as the run plans them, one row at a time.
+
+    A row whose ``id`` another conversation already used is rejected only by the run itself
+    (that check keeps every id seen): here it counts as planned.
+    """
     count = PlanCount(completions_per_turn=completions_per_turn)
     for item in items:
         count.rows += 1

@@ -13,13 +13,15 @@ path still runs beside them and its agreement is ``TokenSample.text_check``.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen import tokenizer as tok
+from draftgen.fast_encoder import special_pattern, splits_at_specials
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
+from draftgen.profiles.base import Segment
 from draftgen.records import Completion, StoredCompletion, TokenSample
 from draftgen.rendering import ChatRenderer, RenderError
 from draftgen.verify import (
@@ -52,14 +54,27 @@ class CompletionReading:
     complete: bool = True
     # Notes that hold for one reading only (parallel to ``texts``; empty means none).
     text_notes: list[tuple[str, ...]] = field(default_factory=list)
+    # A family whose markup is encoded piece by piece (``ModelProfile.segmented``): each text's
+    # segments, the (start, end) segments of its content, and the family's segment encoder.
+    segments: list[tuple[Segment, ...]] = field(default_factory=list)
+    content_spans: list[tuple[int, int]] = field(default_factory=list)
+    encode_segments: Any = None
 
     def notes_of(self, index: int) -> list[str]:
         extra = self.text_notes[index] if index < len(self.text_notes) else ()
         return [*self.notes, *extra]
 
+    def ids(self, tokenizer: Any, index: int) -> list[int]:
+        """The ids of reading ``index``: its segments each encoded on its own, else its text."""
+        if self.segments:
+            return self.encode_segments(tokenizer, self.segments[index])
+        return tok.encode(tokenizer, self.texts[index])
+
 
 def prompt_mode(prompt_text: str, profile: ModelProfile) -> str:
     """``open`` (prompt ends inside ``<think>``), ``closed`` (thinking off) or ``model_opens``."""
+    if profile.segmented is not None:
+        return profile.segmented.prompt_mode(prompt_text)
     tail = prompt_text.rstrip()
     if tail.endswith(profile.think_end):
         return "closed"
@@ -71,17 +86,21 @@ def prompt_mode(prompt_text: str, profile: ModelProfile) -> str:
 def read_completion(
     completion: Completion, prompt_text: str, profile: ModelProfile
 ) -> CompletionReading:
+    if profile.segmented is not None:
+        return _segmented_reading(completion, prompt_text, profile)
     reasoning = completion.reasoning or ""
     content = completion.content or ""
     notes: list[str] = []
     tool_turn = bool(completion.tool_calls)
-    eot = profile.turn_end(tool_turn)
-    leaked = {profile.end_of_turn, eot}
+    leaked = {profile.end_of_turn, profile.turn_end(tool_turn)}
+    if profile.raw_tool_call_close:  # raw calls in content end as tool-call turns (GLM-5)
+        leaked.add(profile.turn_end(True))
     if any(content.endswith(text) for text in leaked):
         # The provider failed to strip the end-of-turn text; the real one is appended below.
         while any(content.endswith(text) for text in leaked):
             content = content[: -len(next(t for t in leaked if content.endswith(t)))]
         notes.append("leaked_end_of_turn")
+    eot = profile.turn_end(tool_turn, content)
     complete = completion.finish_reason in COMPLETE_FINISH_REASONS
     suffix = eot if complete else ""
     mode = prompt_mode(prompt_text, profile)
@@ -104,6 +123,9 @@ def read_completion(
         answer = content.partition(profile.think_end)[2]
         unsplit_tail = profile.content_frame(answer, tool_turn)[1]
         bodies = [opened + content + unsplit_tail]
+        if opened and profile.bare_think_end and content.startswith(profile.think_end):
+            # A model that decided not to think wrote think_end alone (MiniMax-M3, adaptive).
+            bodies.insert(0, content + unsplit_tail)
         if mode == "open" and content.startswith(profile.think_start):
             # A provider that keeps the think block in content re-opens it there (MiniMax-M2
             # on vLLM), although the prompt already holds think_start; the count decides.
@@ -112,12 +134,16 @@ def read_completion(
         # Truncated inside reasoning, or after think_end (or part of what follows it, when
         # that is several tokens, as harmony's channel header): the count decides.
         bodies = [opened + reasoning + cut for cut in delimiter_prefixes(profile, tool_turn)]
+        if opened and profile.bare_think_end and not reasoning:
+            bodies.append(profile.think_end)
     else:
         bodies = [opened + reasoning + profile.think_end + framed]
         if opened and not reasoning:
             # A model that writes no think block at all; a content header starts with what the
             # prompt already holds (harmony's "<|start|>assistant"), which it does not repeat.
             bodies.append(_without_prompt_overlap(prompt_text, head) + content + tail)
+            if profile.bare_think_end:
+                bodies.insert(0, profile.think_end + framed)
     markups = [ToolCallMarkup("")]
     if completion.tool_calls:
         try:
@@ -129,6 +155,23 @@ def read_completion(
     texts = [body + markup.text + suffix for body in bodies for markup in markups]
     text_notes = [markup.notes for _ in bodies for markup in markups]
     return CompletionReading(texts, notes, complete, text_notes)
+
+
+def _segmented_reading(
+    completion: Completion, prompt_text: str, profile: ModelProfile
+) -> CompletionReading:
+    """The family's own readings (``ModelProfile.segmented``), as segments and their texts."""
+    segmented = profile.segmented
+    read = segmented.read(completion, prompt_text)
+    return CompletionReading(
+        texts=["".join(segment.text for segment in segments) for segments in read.readings],
+        notes=list(read.notes),
+        complete=read.complete,
+        text_notes=list(read.reading_notes),
+        segments=list(read.readings),
+        content_spans=list(read.content_spans),
+        encode_segments=segmented.encode,
+    )
 
 
 def _without_prompt_overlap(prompt_text: str, head: str) -> str:
@@ -229,16 +272,19 @@ def reconstruct_from_logprobs(
     prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
     reading = read_completion(completion, prompt_text, profile)
     content = completion.content or ""
-    while content.endswith(profile.end_of_turn):
-        content = content[: -len(profile.end_of_turn)]
-    suffix = profile.end_of_turn if reading.complete else ""
+    ends = [profile.end_of_turn]
+    if profile.raw_tool_call_close:  # raw calls in content end as tool-call turns (GLM-5)
+        ends.append(profile.turn_end(True))
+    while any(content.endswith(end) for end in ends):
+        content = content[: -len(next(end for end in ends if content.endswith(end)))]
+    suffix = profile.turn_end(False, content) if reading.complete else ""
     tail = content + suffix
     expected = completion.completion_tokens
-    for text in reading.texts:
-        if not text.endswith(tail):
-            continue
-        head = tok.encode(tokenizer, text[: len(text) - len(tail)])
-        for end in (tok.encode(tokenizer, suffix), []):
+    for head, ends in _logprob_frames(reading, tokenizer, tail, suffix):
+        if head is None:
+            # The tokenizer changes this text (Qwen's normalise to NFC): not the generated ids.
+            return unusable("the text before the content does not encode back to itself")
+        for end in ends:
             ids = head + logprob_ids + end
             if expected is not None and len(ids) != expected:
                 continue
@@ -264,6 +310,36 @@ def reconstruct_from_logprobs(
                 text_check=text_check_of(text_sample, prompt_ids + ids),
             )
     return unusable("no reading with the logprob tokens matches the completion count")
+
+
+def _logprob_frames(
+    reading: CompletionReading, tokenizer: Any, tail: str, suffix: str
+) -> Any:
+    """(ids before the content, candidate ids after it) of each reading that holds the content;
+    (None, ()) where the text before it does not encode back to itself. A segmented family's
+    reading is cut at its content's segments, any other's text at ``tail``."""
+    for index, text in enumerate(reading.texts):
+        if reading.segments:
+            start, stop = reading.content_spans[index]
+            if start < 0:
+                continue
+            segments = reading.segments[index]
+            head = reading.encode_segments(tokenizer, segments[:start])
+            before = "".join(segment.text for segment in segments[:start])
+            ends: tuple[list[int], ...] = (
+                reading.encode_segments(tokenizer, segments[stop:]),
+                [],
+            )
+        else:
+            if not text.endswith(tail):
+                continue
+            before = text[: len(text) - len(tail)]
+            head = tok.encode(tokenizer, before)
+            ends = (tok.encode(tokenizer, suffix), [])
+        if tok.decode(tokenizer, head) != before:
+            yield None, ()
+            return
+        yield head, ends
 
 
 _TOKEN_BYTES_TABLES: dict[int, tuple[Any, dict[bytes, int]]] = {}
@@ -334,6 +410,7 @@ def recorded_prompt(
         raise RenderError(rendering.error)
     if rendering.ids is not None:
         return rendering.text, list(rendering.ids)
+    # Not ChatRenderer.prompt_ids: ``tokenizer`` may be a batch's pre-encoded cache.
     return rendering.text, tok.encode(tokenizer, rendering.text)
 
 
@@ -383,8 +460,10 @@ def _mode_doubt(
     variables = dict(rendering.variables) if rendering is not None else {}
     instant = (rendering.instant if rendering is not None else None) or _recorded_or_now(stored)
     renderer = renderer_for(tokenizer, profile)
-    for value in (True, False):
-        if variables.get(variable) is value:
+    for value in profile.thinking_values:
+        if variables.get(variable) is value or (
+            not isinstance(value, bool) and variables.get(variable) == value
+        ):
             continue
         other = {**variables, variable: value}
         try:
@@ -413,7 +492,7 @@ def _reading_fits(
     """Whether some reading of the completion after this prompt has the provider's count."""
     expected = completion.completion_tokens
     reading = read_completion(completion, prompt_text, profile)
-    return any(len(tok.encode(tokenizer, text)) == expected for text in reading.texts)
+    return any(len(reading.ids(tokenizer, i)) == expected for i in range(len(reading.texts)))
 
 
 def _date_doubt(
@@ -469,36 +548,12 @@ _SPECIAL_WINDOW = 4096
 
 
 def _last_special_end(tokenizer: Any, text: str, limit: int) -> int:
-    pattern = _special_pattern(getattr(tokenizer, "inner", tokenizer))
+    pattern = special_pattern(getattr(tokenizer, "inner", tokenizer))
     start = max(0, limit - _SPECIAL_WINDOW)
     end = 0
     for match in pattern.finditer(text, start, limit) if pattern is not None else ():
         end = match.end()
     return end
-
-
-_SPECIAL_PATTERNS: dict[int, tuple[Any, re.Pattern | None]] = {}
-
-
-def _special_pattern(tokenizer: Any) -> re.Pattern | None:
-    """Every added token of the tokenizer, longest first, as one pattern (cached); those that
-    take neighbouring whitespace (``lstrip``/``rstrip``) are left out: no clean cut there."""
-    cached = _SPECIAL_PATTERNS.get(id(tokenizer))
-    if cached is not None and cached[0] is tokenizer:
-        return cached[1]
-    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    texts = sorted(
-        {
-            str(token)
-            for token in decoder.values()
-            if not getattr(token, "lstrip", False) and not getattr(token, "rstrip", False)
-        },
-        key=len,
-        reverse=True,
-    )
-    pattern = re.compile("|".join(map(re.escape, texts))) if texts else None
-    _SPECIAL_PATTERNS[id(tokenizer)] = (tokenizer, pattern)
-    return pattern
 
 
 def reconstruct_from_text(
@@ -519,13 +574,13 @@ def reconstruct_from_text(
             id_source="text",
         )
     reading = read_completion(completion, prompt_text, profile)
-    encoded = [tok.encode(tokenizer, text) for text in reading.texts]
+    encoded = [reading.ids(tokenizer, i) for i in range(len(reading.texts))]
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
     repair = None
     if expected is not None and len(completion_ids) != expected:
-        repair = whitespace_repair(completion, prompt_text, profile, tokenizer)
+        repair = whitespace_repair(completion, prompt_text, profile, tokenizer, reading.texts)
     verdict = verify_sample(
         stored=stored,
         profile=profile,
@@ -552,20 +607,140 @@ def reconstruct_from_text(
     )
 
 
-def whitespace_repair(
-    completion: Completion, prompt_text: str, profile: ModelProfile, tokenizer: Any
-) -> str | None:
-    """If whitespace restored at the content's edges makes the count match, say which."""
-    expected = completion.completion_tokens
+def whitespace_repairs(
+    completion: Completion, prompt_text: str, profile: ModelProfile
+) -> list[tuple[str, str, list[str]]]:
+    """(lead, trail, reading texts) for each edge whitespace a provider may have stripped, in
+    the order ``whitespace_repair`` tries them."""
+    repairs = []
     for lead in EDGE_WHITESPACE:
         for trail in EDGE_WHITESPACE:
-            if not (lead or trail):
-                continue
-            repaired = replace(completion, content=lead + (completion.content or "") + trail)
-            reading = read_completion(repaired, prompt_text, profile)
-            if any(len(tok.encode(tokenizer, text)) == expected for text in reading.texts):
+            if lead or trail:
+                content = lead + (completion.content or "") + trail
+                reading = read_completion(
+                    replace(completion, content=content), prompt_text, profile
+                )
+                repairs.append((lead, trail, reading.texts))
+    return repairs
+
+
+def whitespace_repair(
+    completion: Completion,
+    prompt_text: str,
+    profile: ModelProfile,
+    tokenizer: Any,
+    texts: list[str] | None = None,
+) -> str | None:
+    """If whitespace restored at the content's edges makes the count match, say which.
+
+    ``texts`` are the readings of the completion as it came (their ids are at hand): a repaired
+    reading is counted from one of them by encoding only what lies between the special tokens
+    around the change (``CountFrom``), where the tokenizer is proven to split at special tokens.
+    """
+    expected = completion.completion_tokens
+    if profile.segmented is not None:
+        # Segments are encoded each on its own: count every repaired reading whole.
+        for lead, trail, _ in whitespace_repairs(completion, prompt_text, profile):
+            content = lead + (completion.content or "") + trail
+            reading = read_completion(replace(completion, content=content), prompt_text, profile)
+            if any(len(reading.ids(tokenizer, i)) == expected for i in range(len(reading.texts))):
                 return f"the count matches with {lead!r} before and {trail!r} after the content"
+        return None
+    counter = CountFrom(tokenizer, texts or read_completion(completion, prompt_text, profile).texts)
+    for lead, trail, repaired in whitespace_repairs(completion, prompt_text, profile):
+        if any(counter.count(text) == expected for text in repaired):
+            return f"the count matches with {lead!r} before and {trail!r} after the content"
     return None
+
+
+def repair_texts(stored: StoredCompletion, tokenizer: Any, profile: ModelProfile) -> list[str]:
+    """What ``reconstruct_from_text`` will encode to try whitespace repairs on ``stored`` (none
+    when a reading has the provider's count), so a batch can encode them all at once."""
+    completion = stored.completion
+    expected = completion.completion_tokens
+    if expected is None or profile.segmented is not None:
+        return []  # a segmented family's readings are not encoded as texts
+    try:
+        prompt_text, _ = recorded_prompt(stored, tokenizer, profile)
+    except RenderError:
+        return []
+    texts = read_completion(completion, prompt_text, profile).texts
+    if any(len(tok.encode(tokenizer, text)) == expected for text in texts):
+        return []
+    counter = CountFrom(tokenizer, texts)
+    needed: list[str] = []
+    for _, _, repaired in whitespace_repairs(completion, prompt_text, profile):
+        for text in repaired:
+            needed.extend(counter.pieces(text))
+    return needed
+
+
+class CountFrom:
+    """Token counts of texts that differ a little from texts whose ids are known.
+
+    Ids never merge across a special token (checked per tokenizer by ``splits_at_specials``):
+    then a text's count is a known text's count, less the ids of the known text between the last
+    special token before the first difference and the first one after the last difference, plus
+    the ids of the new text's span there. Without that proof the whole text is encoded.
+    """
+
+    def __init__(self, tokenizer: Any, known: list[str]) -> None:
+        self.tokenizer = tokenizer
+        inner = getattr(tokenizer, "inner", tokenizer)
+        pattern = special_pattern(inner) if splits_at_specials(inner) else None
+        # Each known text with the starts and ends of its special tokens.
+        self.known = []
+        if pattern is not None:
+            for text in known:
+                matches = list(pattern.finditer(text))
+                starts = [m.start() for m in matches]
+                self.known.append((text, starts, [m.end() for m in matches]))
+
+    def pieces(self, text: str) -> list[str]:
+        """The texts ``count`` encodes for ``text`` (the known text's ids included)."""
+        window = self._window(text)
+        return [text] if window is None else list(window)
+
+    def count(self, text: str) -> int:
+        window = self._window(text)
+        if window is None:
+            return len(tok.encode(self.tokenizer, text))
+        base, old, new = (len(tok.encode(self.tokenizer, part)) for part in window)
+        return base - old + new
+
+    def _window(self, text: str) -> tuple[str, str, str] | None:
+        """(known text, its span that changes, what ``text`` has there instead), the smallest."""
+        best = None
+        for base, starts, ends in self.known:
+            prefix, suffix = _common_ends(base, text)
+            start = ends[bisect.bisect_right(ends, prefix) - 1] if ends and ends[0] <= prefix else 0
+            after = bisect.bisect_left(starts, len(base) - suffix)
+            end = starts[after] if after < len(starts) else len(base)
+            if best is None or end - start < len(best[1]):
+                shift = len(text) - len(base)
+                best = (base, base[start:end], text[start : end + shift])
+        return best
+
+
+def _common_ends(a: str, b: str) -> tuple[int, int]:
+    """Lengths of the common prefix and of the common suffix after it (slices compare in C)."""
+    limit = min(len(a), len(b))
+    low, high = 0, limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    prefix = low
+    low, high = 0, limit - prefix
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[len(a) - middle :] == b[len(b) - middle :]:
+            low = middle
+        else:
+            high = middle - 1
+    return prefix, low
 
 
 def strip_is_invisible(content: str, tokenizer: Any) -> bool:
@@ -574,13 +749,21 @@ def strip_is_invisible(content: str, tokenizer: Any) -> bool:
     Such a strip cannot be seen in the counts, so content from a provider known to strip is
     unprovable whenever this holds (a leading space merges into the first word's token).
     """
-    if not content:
-        return False
-    count = len(tok.encode(tokenizer, content))
-    # Both edges at once too: a strip takes leading and trailing whitespace together.
-    return any(
-        len(tok.encode(tokenizer, lead + content + trail)) == count
+    return strips_are_invisible([content], tokenizer)[0]
+
+
+def strips_are_invisible(contents: list[str], tokenizer: Any) -> list[bool]:
+    """``strip_is_invisible`` of each content, every text encoded in one batch call."""
+    variants = [
+        lead + content + trail
+        for content in contents
         for lead in EDGE_WHITESPACE
         for trail in EDGE_WHITESPACE
-        if lead or trail
-    )
+    ]
+    counts = iter(len(ids) for ids in tok.encode_batch(tokenizer, variants))
+    invisible = []
+    for content in contents:
+        # Both edges at once too: a strip takes leading and trailing whitespace together.
+        own, *others = (next(counts) for _ in range(len(EDGE_WHITESPACE) ** 2))
+        invisible.append(bool(content) and own in others)
+    return invisible

@@ -54,7 +54,7 @@ def server_messages(messages: list[dict], profile: ModelProfile) -> list[dict]:
     """
     prepared: list[dict] = []
     for message in messages:
-        if message.get("role") != "assistant" or not isinstance(message, dict):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
             prepared.append(message)
             continue
         message = dict(message)
@@ -145,7 +145,7 @@ class ChatRenderer:
     ) -> tuple[str, list[int] | None]:
         prepared = server_messages(messages, self.profile)
         if self.encoder is not None:
-            return self.encoder.render(prepared, tools, variables), None
+            return self.encoder.render(prepared, tools, variables, self.profile), None
         kwargs: dict[str, Any] = {"add_generation_prompt": True, **variables}
         if tools:
             kwargs["tools"] = copy.deepcopy(tools)
@@ -227,9 +227,12 @@ def tokenizer_encodes_chat(tokenizer: Any) -> bool:
 class PythonChatEncoder:
     """A model repository's ``encode_messages`` module, called as vLLM and SGLang call it.
 
-    Tools go on a system message put first; thinking follows the ``thinking`` (or
-    ``enable_thinking``) variable, off by default; history reasoning is dropped when the prompt
-    ends with a user turn; ``reasoning_effort`` is passed where the encoder takes it (V4).
+    Tools go on a system message put first (or join a leading one, where the profile says so:
+    V4); thinking follows the ``thinking`` (or ``enable_thinking``) variable, off by default;
+    history reasoning is dropped when the prompt ends with a user turn (or always asked to be,
+    where the profile says so: V4's encoder keeps it itself when a message carries tools);
+    ``reasoning_effort`` is passed where the encoder takes it (V4), mapped as the profile maps
+    efforts, and ``"none"`` turns thinking off, as vLLM's V4 wrapper does.
     """
 
     def __init__(self, path: Path) -> None:
@@ -241,17 +244,32 @@ class PythonChatEncoder:
         self._encode = encode
         self._parameters = set(inspect.signature(encode).parameters)
 
-    def render(self, messages: list[dict], tools: list[dict] | None, variables: dict) -> str:
+    def render(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None,
+        variables: dict,
+        profile: ModelProfile | None = None,
+    ) -> str:
         messages = copy.deepcopy(messages)
         if tools:
-            messages.insert(0, {"role": "system", "tools": copy.deepcopy(tools)})
+            joins = profile is not None and profile.encoder_tools_join_system
+            if joins and messages and messages[0].get("role") == "system":
+                messages[0] = {**messages[0], "tools": copy.deepcopy(tools)}
+            else:
+                messages.insert(0, {"role": "system", "tools": copy.deepcopy(tools)})
         thinking = variables.get("thinking", variables.get("enable_thinking", False))
-        kwargs: dict[str, Any] = {
-            "thinking_mode": "thinking" if thinking else "chat",
-            "drop_thinking": bool(messages) and messages[-1].get("role") == "user",
-        }
-        if "reasoning_effort" in self._parameters and variables.get("reasoning_effort"):
-            kwargs["reasoning_effort"] = variables["reasoning_effort"]
+        kwargs: dict[str, Any] = {}
+        effort = variables.get("reasoning_effort")
+        if "reasoning_effort" in self._parameters and effort == "none":
+            thinking = False
+        elif "reasoning_effort" in self._parameters and effort:
+            if profile is not None and isinstance(effort, str):
+                effort = profile.accepted_effort(effort)
+            kwargs["reasoning_effort"] = effort
+        always = profile is not None and profile.encoder_always_drops_thinking
+        kwargs["thinking_mode"] = "thinking" if thinking else "chat"
+        kwargs["drop_thinking"] = always or (bool(messages) and messages[-1].get("role") == "user")
         text = self._encode(messages, **kwargs)
         if not isinstance(text, str):
             raise RenderError(f"{self.path.name} returned {type(text).__name__}, not text")

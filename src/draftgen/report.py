@@ -84,6 +84,11 @@ REASON_MEANINGS: dict[str, tuple[str, str]] = {
         "the count matches only a re-serialised reading of the tool arguments: likely, not proven",
         "completion-ids",
     ),
+    "tool_argument_literal_unproven": (
+        "a rebuilt tool argument is a boolean or null, which the model spells two ways "
+        "(true or True) that a count cannot tell apart",
+        "completion-ids",
+    ),
     "tool_call_id_rebuilt": (
         "the provider renamed the model's tool call ids; rebuilt ones cannot be proven",
         "completion-ids",
@@ -786,14 +791,19 @@ def histogram(name: str, dist: dict, quantity: str, markers: list | None = None)
         )
         if i % max(1, len(bins) // 6) == 0:
             parts.append(f'<text x="{x:.1f}" y="{h + 14}" class="tick">{b["lo"]}</text>')
-    for row in markers or []:
-        if row["max_length"] < span:
-            x = pad + (w - pad) * row["max_length"] / span
-            parts.append(
-                f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h}" class="marker"/>'
-                f'<text x="{x + 3:.1f}" y="{top + 10}" class="tick">max_length '
-                f"{row['max_length']}</text>"
-            )
+    shown = [row for row in markers or [] if row["max_length"] < span]
+    for i, row in enumerate(shown):
+        x = pad + (w - pad) * row["max_length"] / span
+        # Labels step down so that close lines (1024, 2048) do not write over each other.
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h}" class="marker"/>'
+            f'<text x="{x + 3:.1f}" y="{top + 10 + 13 * i}" class="marker-label">'
+            f"{row['max_length']}</text>"
+        )
+    if shown:
+        parts.append(
+            f'<text x="{w}" y="{top + 10}" text-anchor="end" class="tick">dashed: max_length</text>'
+        )
     parts.append(
         f'<text x="{pad - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak}</text>'
         f'<text x="{pad - 6}" y="{h}" text-anchor="end" class="tick">0</text>'
@@ -992,6 +1002,8 @@ svg text.tick {{ fill: #5a6b7d; font-size: 11px; }}
 svg text.axis-title {{ fill: #3b4a5a; font-size: 12px; font-style: italic; }}
 svg .axis {{ stroke: #8f9bab; }}
 svg .marker {{ stroke: #c2453d; stroke-dasharray: 4 3; }}
+svg text.marker-label {{ fill: #c2453d; font-size: 11px; stroke: #ffffff; stroke-width: 3px;
+                        paint-order: stroke; }}
 svg .pause {{ fill: #e6eaef; stroke: #b8c2cd; stroke-dasharray: 3 3; }}
 table {{ border-collapse: collapse; margin-top: 6px; }}
 td, th {{ padding: 2px 10px; border-bottom: 1px solid #e6eaef; text-align: left; }}

@@ -32,6 +32,9 @@ TOOL_CALLS_INEXACT = "tool_calls_inexact"
 # ``functions.NAME:IDX`` index is not always the position). The ids are likely, not proven.
 TOOL_ARGUMENTS_RESERIALISED = "tool_arguments_reserialised"
 TOOL_CALL_ID_REBUILT = "tool_call_id_rebuilt"
+# A rebuilt XML parameter holds a boolean or null, which the model may have spelled either way
+# (Qwen3.5's true or True, null or None): one token each, so a count cannot tell.
+TOOL_ARGUMENT_LITERAL_UNPROVEN = "tool_argument_literal_unproven"
 # The profile's tool-call markup is not confirmed (DeepSeek V3.2's DSML): a matching count does
 # not prove the rebuilt ids, so such samples never pass on the text path.
 TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
@@ -122,6 +125,14 @@ def verify_sample(
                     TOOL_ARGUMENTS_RESERIALISED,
                     f"the provider re-serialised the tool-call arguments; the {style} reading "
                     "matches the count, but key order and spacing cannot be proven by a count",
+                )
+            )
+        elif note.startswith(TOOL_ARGUMENT_LITERAL_UNPROVEN + "="):
+            failures.append(
+                (
+                    TOOL_ARGUMENT_LITERAL_UNPROVEN,
+                    f"the tool-call argument {note.partition('=')[2]} is a boolean or null, which "
+                    "the model spells two ways a count cannot tell apart",
                 )
             )
         elif note == TOOL_CALL_ID_REBUILT:

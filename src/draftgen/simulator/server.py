@@ -50,6 +50,10 @@ SIMULATOR_KEY_LABEL = "draftgen simulator (synthetic data)"
 PROMPT_CACHE_SIZE = 2048
 
 
+class RequestProblem(ValueError):
+    """A chat request body the provider refuses (HTTP 400); the message says why."""
+
+
 @dataclass
 class RenderedPrompt:
     text: str
@@ -319,8 +323,9 @@ class Simulator:
             "arguments": json.dumps(arguments, ensure_ascii=False),
         }
 
-    def record(self, served: Served, req: ChatRequest) -> dict:
-        """Ground truth of a delivered (billed) completion."""
+    def record(self, served: Served, req: ChatRequest, extra: dict | None = None) -> dict:
+        """Ground truth of a delivered (billed) completion (``extra``: fields a batch row adds,
+        its custom_id and batch)."""
         output = served.output
         delivery = served.delivery
         assert output is not None and delivery is not None and served.usage is not None
@@ -353,6 +358,7 @@ class Simulator:
                 "reasoning_field": delivery.reasoning_key,
                 "content": delivery.content_text,
             },
+            **(extra or {}),
         }
         self.truth[served.generation_id] = record
         self.stats["completions"] += 1
@@ -545,43 +551,10 @@ class Simulator:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as exc:
             return self._bad_request(f"request body is not valid JSON: {exc}")
-        body, problem = self._parse(body)
-        if problem:
-            return self._bad_request(problem)
-        reasoning_opts = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
-        # A provider maps the reasoning settings onto the family's template variables (one
-        # with the ignore_thinking_switch quirk renders the template's default instead).
-        template_kwargs = self.profile.template_variables(reasoning_opts)
-        if template_kwargs and self._ignores_switch(body["messages"]):
-            self.stats["ignore_thinking_switch"] += 1
-            template_kwargs = {}
-        if isinstance(body.get("chat_template_kwargs"), dict):
-            template_kwargs.update(body["chat_template_kwargs"])
         try:
-            prompt = self.render(body["messages"], body.get("tools"), template_kwargs or None)
-        except Exception as exc:  # template errors come in many types
-            return self._bad_request(f"cannot render the chat template: {exc}")
-        self._valid_requests += 1
-        req = ChatRequest(
-            model=body["model"],
-            prompt=prompt,
-            stream=bool(body.get("stream")),
-            max_tokens=body.get("max_tokens", body.get("max_completion_tokens")),
-            exclude_reasoning=reasoning_opts.get("exclude") is True,
-            provider_prefs=body.get("provider") if isinstance(body.get("provider"), dict) else {},
-            attempt=self.attempts[prompt.sha256],
-            number=self._valid_requests,
-        )
-        req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt)
-        req.want_logprobs = body.get("logprobs") is True
-        dialect = self.config.dialect
-        if dialect == "vllm":
-            req.want_prompt_ids = req.want_completion_ids = body.get("return_token_ids") is True
-        elif dialect == "sglang" and not req.stream:  # SGLang returns ids only unstreamed
-            req.want_prompt_ids = body.get("return_prompt_token_ids") is True
-            req.want_completion_ids = body.get("return_meta_info") is True
-        self.attempts[prompt.sha256] += 1
-        self.models_seen.setdefault(req.model, None)
+            req = self.chat_request(body)
+        except RequestProblem as exc:
+            return self._bad_request(str(exc))
         if self.config.latency:
             await asyncio.sleep(self.config.latency)
 
@@ -619,6 +592,48 @@ class Simulator:
         if req.stream:
             return await self._stream(request, req, fault, head, generation_id)
         return await self._plain(request, req, fault, head, generation_id)
+
+    def chat_request(self, body: Any) -> ChatRequest:
+        """A valid chat request from its body, rendered, numbered and counted as an attempt of
+        its prompt (live requests and batch rows alike); ``RequestProblem`` says what is wrong."""
+        body, problem = self._parse(body)
+        if problem:
+            raise RequestProblem(problem)
+        reasoning_opts = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+        # A provider maps the reasoning settings onto the family's template variables (one
+        # with the ignore_thinking_switch quirk renders the template's default instead).
+        template_kwargs = self.profile.template_variables(reasoning_opts)
+        if template_kwargs and self._ignores_switch(body["messages"]):
+            self.stats["ignore_thinking_switch"] += 1
+            template_kwargs = {}
+        if isinstance(body.get("chat_template_kwargs"), dict):
+            template_kwargs.update(body["chat_template_kwargs"])
+        try:
+            prompt = self.render(body["messages"], body.get("tools"), template_kwargs or None)
+        except Exception as exc:  # template errors come in many types
+            raise RequestProblem(f"cannot render the chat template: {exc}") from None
+        self._valid_requests += 1
+        req = ChatRequest(
+            model=body["model"],
+            prompt=prompt,
+            stream=bool(body.get("stream")),
+            max_tokens=body.get("max_tokens", body.get("max_completion_tokens")),
+            exclude_reasoning=reasoning_opts.get("exclude") is True,
+            provider_prefs=body.get("provider") if isinstance(body.get("provider"), dict) else {},
+            attempt=self.attempts[prompt.sha256],
+            number=self._valid_requests,
+        )
+        req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt)
+        req.want_logprobs = body.get("logprobs") is True
+        dialect = self.config.dialect
+        if dialect == "vllm":
+            req.want_prompt_ids = req.want_completion_ids = body.get("return_token_ids") is True
+        elif dialect == "sglang" and not req.stream:  # SGLang returns ids only unstreamed
+            req.want_prompt_ids = body.get("return_prompt_token_ids") is True
+            req.want_completion_ids = body.get("return_meta_info") is True
+        self.attempts[prompt.sha256] += 1
+        self.models_seen.setdefault(req.model, None)
+        return req
 
     def _ignores_switch(self, messages: list) -> bool:
         rate = self.config.quirks.get("ignore_thinking_switch", 0)

@@ -1,0 +1,139 @@
+"""GLM-5.x (Zhipu: GLM-5.1, 5.2, 5.3): GLM-4.5's role tokens without newlines, an effort line,
+history reasoning kept, tool calls as ``<tool_call>NAME<arg_key>…`` on one line.
+
+Every prompt opens ``[gMASK]<sop><|system|>Reasoning Effort: X`` (5.3: ``reasoning_effort``
+``low``/``high`` give Low/High, anything else Max, always written; 5.2: only ``high`` gives High,
+and the line is left out when ``enable_thinking`` is false) and ends ``<|assistant|><think>``
+(5.2 with thinking off: ``<think></think>``; 5.3 has no switch). The model writes
+``R</think>A`` and stops by generating the next role token, which vLLM and SGLang count in
+``completion_tokens`` and return in ``token_ids``: ``<|user|>`` after an answer,
+``<|observation|>`` after tool calls. Raw tool calls in content (no ``tools`` sent) end the same
+way as structured ones (assumed: the template renders ``<|observation|>`` after any call).
+"""
+
+from __future__ import annotations
+
+from draftgen.profiles.base import ModelProfile
+from draftgen.profiles.fixture import QwenBpeFixture
+
+GLM5_TOOL_CALLS = "glm5"
+
+
+def write_tool_calls(
+    parsed: list, arguments: list, content: str, lead_free: bool
+) -> tuple[str, tuple[str, ...]]:
+    """``<tool_call>NAME`` then ``<arg_key>K</arg_key><arg_value>V</arg_value>`` per key, per
+    call, with nothing between them or before the first (the template's ``content.strip()`` is
+    followed directly by the calls)."""
+    parts = []
+    for (name, _, _), params in zip(parsed, arguments, strict=True):
+        pairs = "".join(
+            f"<arg_key>{key}</arg_key><arg_value>{value}</arg_value>" for key, value, _ in params
+        )
+        parts.append(f"<tool_call>{name}{pairs}</tool_call>")
+    return "".join(parts), ()
+
+
+GLM5 = ModelProfile(
+    name="glm-5",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="<|user|>",
+    marker_tokens=("[gMASK]", "<sop>", "<|assistant|>", "<|observation|>"),
+    # GLM-4.5's names, each 3491 ids further on: the ids tell the two families apart.
+    marker_ids=(("<|user|>", 154827), ("<|observation|>", 154829)),
+    tool_call_tokens=(
+        "<tool_call>",
+        "</tool_call>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+        "<|observation|>",
+    ),
+    reasoning_split_markers=("</think>",),
+    tool_call_format=GLM5_TOOL_CALLS,
+    tool_call_writer=write_tool_calls,
+    xml_arguments=True,
+    tool_call_end_of_turn="<|observation|>",
+    raw_tool_call_close="</tool_call>",
+    # 5.2 reads it; 5.3's template ignores it (the prompt is the same either way).
+    thinking_variable="enable_thinking",
+    effort_variable="reasoning_effort",
+    # What the templates tell apart (5.2 only high); minimal -> low, medium -> high, and xhigh,
+    # OpenRouter's name for GLM's top rung, -> max. The template turns the rest into Max.
+    efforts=("low", "high", "max"),
+    effort_map=(("xhigh", "max"),),
+)
+
+PROFILES = (GLM5,)
+ALIASES = {"glm-5.1": GLM5, "glm-5.2": GLM5, "glm-5.3": GLM5}
+
+# -- fixtures ----------------------------------------------------------------------------------
+
+# GLM-5's added tokens start at 154820, right after its 154,820 BPE ranks (its tiktoken.model),
+# in a 154,880-id vocabulary. Confirmed ids: <|endoftext|> 154820, <|user|> 154827 and
+# <|observation|> 154829 (generation_config's eos ids); they sit where GLM-4.5's list puts them
+# (151329, 151336, 151338, plus 3491), so the rest of GLM-4.5's list is assumed to follow in the
+# same order (*unconfirmed*: the full added_tokens_decoder of GLM-5 was not available). GLM's own
+# ranks are not available offline: the fixture uses Qwen's 151,643 ranks, reserves 151643..154819
+# and puts GLM-5's specials at their real ids, so special ids are real and ordinary ids are not.
+GLM5_FIRST_ID = 154820
+GLM5_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "[MASK]",
+    "[gMASK]",
+    "[sMASK]",
+    "<sop>",
+    "<eop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|begin_of_audio|>",
+    "<|end_of_audio|>",
+    "<|begin_of_transcription|>",
+    "<|end_of_transcription|>",
+    "<|code_prefix|>",
+    "<|code_middle|>",
+    "<|code_suffix|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "/nothink",
+)
+GLM5_SPECIAL_TOKENS: dict[int, str] = dict(enumerate(GLM5_TOKENS, start=GLM5_FIRST_ID))
+# As GLM-4.5's fixture: think and tool tokens are added with `special: false` (*unconfirmed*).
+GLM5_NON_SPECIAL = frozenset(GLM5_TOKENS[GLM5_TOKENS.index("<think>") :])
+
+
+def _fixture(template: str) -> QwenBpeFixture:
+    return QwenBpeFixture(
+        added_tokens=GLM5_SPECIAL_TOKENS,
+        vocab_size=154880,
+        non_special=GLM5_NON_SPECIAL,
+        config={
+            "bos_token": None,
+            "eos_token": "<|endoftext|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "model_max_length": 202752,
+        },
+        template=template,
+    )
+
+
+# The two published templates differ in the effort line and the thinking switch (see the
+# templates' headers); the tokenizer is the same.
+FIXTURES = {"glm-5.2": _fixture("glm-5.2"), "glm-5.3": _fixture("glm-5.3")}
