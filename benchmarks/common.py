@@ -6,6 +6,7 @@ draftgen read the same prompts and get the same answers from the canned server.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from array import array
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import orjson
 
-TOKENIZER = "fixture:kimi-k2.5"
+# Every process of one benchmark scenario reads the tokenizer from here (bench.py sets it): the
+# fast fixture (tokenizer.json) or the remote-code one (Moonshot's shape: tiktoken inside).
+TOKENIZER_ENV = "DRAFTGEN_BENCH_TOKENIZER"
+TOKENIZER = os.environ.get(TOKENIZER_ENV, "fixture:kimi-k2.5")
 MODEL = "bench/kimi-k2.5"
 VARIANTS = 16  # distinct canned answers, so the tokenizer's word cache is not all hits
 PROMPT_TAG = b"[q"  # user content starts "[q0000123] ": the server finds the prompt's index by it
@@ -60,38 +64,32 @@ def read_prompts(path: Path):
             yield orjson.loads(line)
 
 
-def prompt_token_counts(path: Path, count: int) -> array:
+def prompt_token_counts(path: Path, count: int, spec: str | None = None) -> array:
     """The rendered-prompt length of every prompt, so the server's usage.prompt_tokens is right."""
-    from draftgen.reconstruct_batch import batch_encoder
     from draftgen.rendering import render_prompt
-    from draftgen.tokenizer import load_tokenizer
+    from draftgen.tokenizer import encode_batch, load_tokenizer
 
-    tokenizer = load_tokenizer(TOKENIZER)
+    tokenizer = load_tokenizer(spec or TOKENIZER)
     counts = array("i")
     batch: list[str] = []
     for row in read_prompts(path):
         batch.append(render_prompt(tokenizer, row["messages"], None))
         if len(batch) >= 4096:
-            counts.extend(
-                len(e.ids)
-                for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
-            )
+            counts.extend(len(ids) for ids in encode_batch(tokenizer, batch))
             batch = []
     if batch:
-        counts.extend(
-            len(e.ids) for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
-        )
+        counts.extend(len(ids) for ids in encode_batch(tokenizer, batch))
     assert len(counts) == count, (len(counts), count)
     return counts
 
 
-def canned_answers(target_tokens: int, seed: int = 1) -> list[dict]:
+def canned_answers(target_tokens: int, seed: int = 1, spec: str | None = None) -> list[dict]:
     """VARIANTS answers of about ``target_tokens`` tokens (90% reasoning) and their exact count."""
     from draftgen.profiles import detect_profile
     from draftgen.simulator.textpool import compose
     from draftgen.tokenizer import encode, full_vocab, load_tokenizer
 
-    tokenizer = load_tokenizer(TOKENIZER)
+    tokenizer = load_tokenizer(spec or TOKENIZER)
     profile = detect_profile(full_vocab(tokenizer))
     rng = random.Random(seed)
     counted = lambda text: len(encode(tokenizer, text))  # noqa: E731

@@ -1,12 +1,18 @@
-"""The machine's tokenizer limit: batch-encode every prompt and answer text on all cores.
+"""The machine's tokenizer limit: render every prompt and encode it and its answer, nothing else.
 
-The Rust tokenizer releases the GIL in ``encode_batch(_fast)`` and spreads the batch over every core;
-this is the least tokenization work any exact-ids pipeline has to do.
+``--encoder fast``: the encoder draftgen proves for the tokenizer (``draftgen.fast_encoder``:
+fastokens, loaded and checked before the clock matters), in batches on every core; the least
+tokenization work any exact-ids pipeline has to do, so the machine's limit.
+``--encoder reference``: the tokenizer's own ``encode(text, add_special_tokens=False)``, one text
+at a time, as the SDK baseline (and draftgen before issue 16, for the remote-code Kimi) encodes.
+``--encoder tokenizers``: the Rust ``tokenizers`` batch call, issue 3's limit (tokenizer.json only).
+Prints the number of ids, and for ``fast`` ``encoder: NAME`` on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import orjson
 from common import TOKENIZER, personalise, read_prompts
@@ -16,12 +22,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--input", required=True)
     parser.add_argument("--answers", required=True)
+    parser.add_argument("--encoder", choices=("fast", "reference", "tokenizers"), default="fast")
     args = parser.parse_args()
-    from draftgen.reconstruct_batch import batch_encoder
+    from draftgen import fast_encoder
     from draftgen.rendering import render_prompt
     from draftgen.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER)
+    if args.encoder == "fast":
+        choice = fast_encoder.prove(tokenizer, upgrade=True)
+        codec = choice.codec or fast_encoder.ReferenceCodec(tokenizer)
+        print(f"encoder: {codec.name}", file=sys.stderr)
+    elif args.encoder == "tokenizers":
+        codec = fast_encoder.TokenizersCodec(tokenizer._tokenizer)
+    else:
+        codec = fast_encoder.ReferenceCodec(tokenizer)
     with open(args.answers, "rb") as handle:
         answers = orjson.loads(handle.read())
     texts = [a["reasoning"] + "</think>" + a["content"] + "<|im_end|>" for a in answers]
@@ -31,15 +46,10 @@ def main() -> None:
         batch.append(render_prompt(tokenizer, row["messages"], None))
         batch.append(personalise(texts[index % len(texts)], index))
         if len(batch) >= 512:
-            encoded += sum(
-                len(e.ids)
-                for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
-            )
+            encoded += sum(map(len, codec.encode_batch(batch)))
             batch = []
     if batch:
-        encoded += sum(
-            len(e.ids) for e in batch_encoder(tokenizer._tokenizer)(batch, add_special_tokens=False)
-        )
+        encoded += sum(map(len, codec.encode_batch(batch)))
     print(encoded)
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from draftgen.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3, detect_profile
+from draftgen.profiles.kimi import KIMI_SPECIAL_TOKENS
 from draftgen.rendering import render_prompt
 from draftgen.tokenizer import decode, encode, load_tokenizer
 
@@ -47,6 +48,44 @@ QWEN3_IDS = {
     "</tool_response>": 151666,
     "<think>": 151667,
     "</think>": 151668,
+}
+# Qwen3.5/3.6/3.8: Qwen3's added tokens in Qwen3's order from 248044, then the audio ones.
+QWEN3_5_IDS = {
+    "<|endoftext|>": 248044,
+    "<|im_start|>": 248045,
+    "<|im_end|>": 248046,
+    "<tool_call>": 248058,
+    "</tool_call>": 248059,
+    "<tool_response>": 248066,
+    "</tool_response>": 248067,
+    "<think>": 248068,
+    "</think>": 248069,
+    "<|audio_start|>": 248070,
+    "<|audio_pad|>": 248076,
+}
+# GLM-5: its specials at their real ids (confirmed: <|endoftext|>, <|user|>, <|observation|>).
+GLM5_IDS = {
+    "<|endoftext|>": 154820,
+    "[gMASK]": 154822,
+    "<sop>": 154824,
+    "<|system|>": 154826,
+    "<|user|>": 154827,
+    "<|assistant|>": 154828,
+    "<|observation|>": 154829,
+    "<think>": 154841,
+    "</think>": 154842,
+    "<tool_call>": 154843,
+    "</tool_call>": 154844,
+}
+MINIMAX_M3_IDS = {
+    "]~!b[": 151643,
+    "]~b]": 151644,
+    "[e~[": 151645,
+    "<mm:think>": 151646,
+    "</mm:think>": 151647,
+    "]<]minimax[>[": 151648,
+    "<tool_call>": 151649,
+    "</tool_call>": 151650,
 }
 DEEPSEEK_IDS = {
     "<｜begin▁of▁sentence｜>": 0,
@@ -120,8 +159,14 @@ SPECIAL_IDS = {
     "qwen3": QWEN3_IDS,
     "qwen3-thinking-2507": QWEN3_IDS,
     "qwen3-instruct-2507": QWEN3_IDS,
+    "qwen3.5": QWEN3_5_IDS,
+    "qwen3.6": QWEN3_5_IDS,
+    "qwen3.8": QWEN3_5_IDS,
     "deepseek-v4": DEEPSEEK_IDS,
     "deepseek-v3-thinking": DEEPSEEK_IDS,
+    "glm-5.2": GLM5_IDS,
+    "glm-5.3": GLM5_IDS,
+    "minimax-m3": MINIMAX_M3_IDS,
 }
 
 ROUND_TRIP_SAMPLES = [
@@ -194,11 +239,12 @@ def render(tokenizer, messages, tools=None, **kwargs):
 def test_unknown_name_is_a_value_error_naming_the_fixtures(tmp_path):
     with pytest.raises(ValueError) as excinfo:
         build_fixture("llama-9", cache_dir=tmp_path)
+    # Every family's fixtures, sorted (families add theirs: the list is not restated here).
     assert str(excinfo.value) == (
-        "unknown tokenizer fixture 'llama-9': use one of deepseek-v3-thinking, deepseek-v3.1, "
-        "deepseek-v3.2, deepseek-v4, glm-4.6, gpt-oss, kimi-k2-thinking, kimi-k2.5, "
-        "kimi-k2.5-remote, minimax-m2, qwen3, qwen3-instruct-2507, qwen3-thinking-2507"
+        f"unknown tokenizer fixture 'llama-9': use one of {', '.join(FIXTURE_NAMES)}"
     )
+    assert FIXTURE_NAMES == tuple(sorted(FIXTURE_NAMES))
+    assert {"deepseek-v3.1", "kimi-k2.5", "qwen3", "qwen3-thinking-2507"} <= set(FIXTURE_NAMES)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -392,7 +438,11 @@ def qwen_tiktoken():
         for token, rank in (line.split() for line in path.read_bytes().splitlines() if line)
     }
     return tiktoken.Encoding(
-        "qwen-kimi-fixture", pat_str=QWEN_PATTERN, mergeable_ranks=ranks, special_tokens=KIMI_IDS
+        "qwen-kimi-fixture",
+        pat_str=QWEN_PATTERN,
+        mergeable_ranks=ranks,
+        # Every named Kimi special, [UNK] and [PAD] too: Kimi's tiktoken allows them all.
+        special_tokens={text: token_id for token_id, text in KIMI_SPECIAL_TOKENS.items()},
     )
 
 

@@ -400,3 +400,26 @@ def test_resuming_with_another_tokenizer_refuses(tmp_path, monkeypatch):
     other = RunOptions(**{**vars(options), "tokenizer": "fixture:qwen3-thinking-2507"})
     with pytest.raises(StoreError, match="was generated with another tokenizer"):
         asyncio.run(run(other))
+
+
+def test_a_chat_encoder_no_profile_knows_is_refused(tmp_path):
+    """A model directory whose Python encoder draftgen does not know (DeepSeek V4.1's, say) is
+    not rendered the way another family's is called: detection refuses in one sentence."""
+    import shutil
+
+    import transformers
+
+    from draftgen.fixtures import build_fixture
+    from draftgen.profiles import UnknownProfileError
+
+    copy_dir = tmp_path / "v41"
+    shutil.copytree(build_fixture("deepseek-v3.2"), copy_dir)
+    (copy_dir / "encoding" / "encoding_dsv32.py").rename(
+        copy_dir / "encoding" / "encoding_dsv41.py"
+    )
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(copy_dir))
+    with pytest.raises(
+        UnknownProfileError, match="encoding_dsv41.py is a chat encoder no draftgen"
+    ):
+        resolve_profile(tokenizer)
+    assert resolve_profile(tokenizer, "deepseek-v3.2").name == "deepseek-v3.2"

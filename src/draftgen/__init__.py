@@ -1,3 +1,36 @@
-"""draftgen: exact-token training data for speculative-decoding drafters."""
+"""draftgen: exact-token training data for speculative-decoding drafters.
+
+The library (``draftgen.api``): ``Run(RunOptions(...)).execute()`` and ``RunDir.open(path)`` with
+``status()``, ``export()``, ``report()`` and ``vocab()``; ``merge_runs`` and ``estimate``. Every
+error a user can act on is a ``DraftgenError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+# Loaded on first use: ``import draftgen`` stays cheap for the CLI and the simulator.
+_EXPORTS = {
+    "Run": "draftgen.api",
+    "RunDir": "draftgen.api",
+    "Snapshot": "draftgen.api",
+    "RunOptions": "draftgen.pipeline",
+    "RunSummary": "draftgen.pipeline",
+    "DraftgenError": "draftgen.errors",
+    "merge_runs": "draftgen.merge",
+    "estimate": "draftgen.estimate",
+    "EstimateOptions": "draftgen.estimate",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'draftgen' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -233,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_settings(run)
     _add_shards(run, commands)
+    _add_batch(run, commands)
 
     export = commands.add_parser("export", help="write training files from a run")
     export.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
@@ -411,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="append the ground truth of every served completion here (JSONL)",
     )
+    _add_simulated_batches(simulate)
     _add_init(commands)
     estimate = _add_estimate(commands, run)
     from draftgen.config import defer_defaults
@@ -566,6 +568,118 @@ def _add_shards(run: argparse.ArgumentParser, commands) -> None:
     )
 
 
+def _add_batch(run: argparse.ArgumentParser, commands) -> None:
+    """`run`'s batch mode and the `cancel` command (docs/batch.md); [batch] in draftgen.toml."""
+    from draftgen.batch.dialects import DIALECT_NAMES
+
+    run.add_argument(
+        "--batch",
+        action="store_true",
+        help="generate through a batch API (about half the price; answers in minutes to hours) "
+        "instead of live requests: the same plan, store, verification and exports; a "
+        "conversation advances one turn per batch round (see docs/batch.md)",
+    )
+    run.add_argument(
+        "--batch-dialect",
+        choices=DIALECT_NAMES,
+        default="openrouter",
+        help="openrouter: requests inline in POST /batches; openai-files: a JSONL upload to "
+        "/files, then /batches (OpenAI, Kimi, DeepInfra, Groq) (default openrouter)",
+    )
+    run.add_argument(
+        "--batch-url",
+        metavar="URL",
+        help="the batch API's root, e.g. https://openrouter.ai/api/v1 (or /api/beta) or "
+        "https://api.moonshot.ai/v1 (default: --base-url)",
+    )
+    run.add_argument(
+        "--batch-model",
+        metavar="SLUG",
+        help="the model named in each batch, e.g. MODEL:batch where the API wants the catalog "
+        "variant (default: --model)",
+    )
+    run.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help="rows per batch at most (default: the dialect's limit, 5000 for openrouter, 50000 "
+        "for openai-files)",
+    )
+    run.add_argument(
+        "--batch-detach",
+        action="store_true",
+        help="submit the batches that are ready and exit; the same command stores their "
+        "results and sends the next round",
+    )
+    run.add_argument(
+        "--batch-poll",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="first wait between polls of the batches in flight, growing to 60 (default 5)",
+    )
+    run.add_argument(
+        "--batch-retries",
+        type=_non_negative_int,
+        default=3,
+        metavar="N",
+        help="times a row is sent again after its batch failed, expired or was cancelled "
+        "(default 3)",
+    )
+    run.add_argument(
+        "--batch-grace",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a batch whose create got no answer may stay unseen in the API's listing "
+        "before its rows count as never sent and are sent again (default 120)",
+    )
+    cancel = commands.add_parser(
+        "cancel", help="cancel a run's batches in flight (run --batch), where the API allows it"
+    )
+    cancel.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+    cancel.add_argument(
+        "--api-key-env",
+        type=_env_name,
+        metavar="VAR",
+        help="the NAME of the environment variable holding the API key (default: the one the "
+        "run used)",
+    )
+
+
+def _add_simulated_batches(simulate: argparse.ArgumentParser) -> None:
+    """`simulate`'s batch APIs: faults, timeline, log."""
+    simulate.add_argument(
+        "--batch-fault",
+        action="append",
+        default=[],
+        metavar="NAME=RATE",
+        help="inject a batch fault at a rate, e.g. expire=0.1; repeatable",
+    )
+    simulate.add_argument(
+        "--batch-seconds",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long a batch's rows take once validated, spread evenly (default 1)",
+    )
+    simulate.add_argument(
+        "--batch-visible-after",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="OpenRouter batches answer 404 (and are not listed) this long after their 202 "
+        "(default 1)",
+    )
+    simulate.add_argument(
+        "--batch-log",
+        type=Path,
+        metavar="FILE",
+        help="append one JSON line per batch created (its custom_ids and body hashes) and per "
+        "batch ended (status, rows delivered, cost)",
+    )
+
+
 def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentParser:
     estimate = commands.add_parser(
         "estimate",
@@ -701,28 +815,15 @@ def _silence_stdout() -> None:
 
 
 def _is_user_error(exc: Exception) -> bool:
-    from draftgen.config import ConfigError
-    from draftgen.estimate import EstimateError
-    from draftgen.export import ExportError
-    from draftgen.ingest import InputError
-    from draftgen.merge import MergeError
-    from draftgen.mix import MixError
-    from draftgen.pipeline import RunError
-    from draftgen.profiles import UnknownProfileError
-    from draftgen.simulator.config import SimConfigError
-    from draftgen.store import StoreError
-    from draftgen.tokenizer import TokenizerLoadError
-    from draftgen.vocab import VocabError
+    """Errors the user can act on: every one derives from ``DraftgenError``."""
+    from draftgen.errors import DraftgenError
 
-    return isinstance(
-        exc,
-        (RunError, StoreError, ExportError, TokenizerLoadError, UnknownProfileError, VocabError)
-        + (ConfigError, MixError, EstimateError, InputError, MergeError, SimConfigError),
-    )
+    return isinstance(exc, DraftgenError)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from draftgen.pipeline import RunOptions, run
+    from draftgen.api import Run
+    from draftgen.pipeline import RunOptions
 
     args = _resolved(args, "run")
     options = _options(RunOptions, args)
@@ -731,7 +832,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         summary = run_on_ray(options, args.ray, address=args.ray_address)
     else:
-        summary = asyncio.run(run(options))
+        summary = Run(options).execute()
     print(format_status(summary.counts, args.out))
     if summary.stopped == "interrupted":
         print(
@@ -799,58 +900,47 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_reconstructed(run_dir: Path):
-    """The run's store, with whatever an interrupted run stored but did not reconstruct done.
-
-    While a run is active (it holds the lock) its own reconstruction is at work: nothing is
-    done here, and the reader is told that what follows is a snapshot.
-    """
-    from draftgen.pipeline import open_existing, reconstruct_pending
-    from draftgen.store import RunLock
-
-    store = open_existing(run_dir)
-    try:
-        holder = RunLock.holder(run_dir)
-        if holder is not None:
-            print(
-                f"draftgen: a run is active in {run_dir} (draftgen {holder}): this is a "
-                f"snapshot of the samples reconstructed so far; {store.unreconstructed()} "
-                "completions stored but not yet reconstructed are left out, so run it again "
-                "once the run has finished",
-                file=sys.stderr,
-            )
-            return store
-        made = reconstruct_pending(store)
-    except BaseException:
-        store.close()
-        raise
-    if made:
-        print(f"reconstructed {made} samples the run had not reached (it was interrupted)")
-    return store
+def _say_snapshot(snapshot, run_dir: Path) -> None:
+    """What a read of a run directory left out (a run is active) or did first (reconstructed)."""
+    if snapshot.active_run is not None:
+        print(
+            f"draftgen: a run is active in {run_dir} (draftgen {snapshot.active_run}): this is a "
+            f"snapshot of the samples reconstructed so far; {snapshot.left_out} "
+            "completions stored but not yet reconstructed are left out, so run it again "
+            "once the run has finished",
+            file=sys.stderr,
+        )
+    elif snapshot.reconstructed:
+        print(
+            f"reconstructed {snapshot.reconstructed} samples the run had not reached (it was "
+            "interrupted)"
+        )
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from draftgen.export import export
+    from draftgen.api import RunDir
 
-    with _open_reconstructed(args.run_dir) as store:
-        written = export(store, args.format, args.out, args.include_unverified)
+    written, snapshot = RunDir.open(args.run_dir).export(
+        args.format, args.out, args.include_unverified
+    )
+    _say_snapshot(snapshot, args.run_dir)
     print(f"wrote {written} rows to {args.out}")
     return 0
 
 
 def cmd_vocab(args: argparse.Namespace) -> int:
-    from draftgen.vocab import build_from_store, target_vocab_size, write_mapping
+    from draftgen.api import RunDir
 
-    with _open_reconstructed(args.run_dir) as store:
-        size = args.vocab_size
-        if size is None:
-            size = target_vocab_size(store)
-            print(
-                f"target vocabulary: {size} ids (the tokenizer {store.meta('tokenizer')}); pass "
-                "--vocab-size if the model's config.json says otherwise"
-            )
-        mapping = build_from_store(store, args.size, size, args.include_unverified)
-    paths = write_mapping(mapping, args.out)
+    run_dir = RunDir.open(args.run_dir)
+    mapping, paths, size, snapshot = run_dir.vocab(
+        args.size, args.out, args.vocab_size, args.include_unverified
+    )
+    _say_snapshot(snapshot, args.run_dir)
+    if args.vocab_size is None:
+        print(
+            f"target vocabulary: {size} ids (the tokenizer {run_dir.tokenizer}); pass "
+            "--vocab-size if the model's config.json says otherwise"
+        )
     print(
         f"draft vocabulary of {len(mapping.used_ids)} ids covers {mapping.coverage:.2%} of "
         f"{mapping.supervised_tokens} generated tokens in {mapping.samples} samples"
@@ -860,11 +950,9 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from draftgen.pipeline import open_existing
-    from draftgen.report import write_report
+    from draftgen.api import RunDir
 
-    with open_existing(args.run_dir) as store:
-        json_path, html_path = write_report(store)
+    json_path, html_path = RunDir.open(args.run_dir).report()
     print(f"wrote {html_path} and {json_path}")
     return 0
 
@@ -880,6 +968,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(orjson.dumps(counts, option=orjson.OPT_INDENT_2).decode())
     else:
         print(format_status(counts, args.run_dir))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from draftgen.batch.cancel import cancel_batches
+
+    for line in asyncio.run(cancel_batches(args.run_dir, args.api_key_env)):
+        print(line)
     return 0
 
 
@@ -902,6 +998,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         stall_seconds=args.stall_seconds,
         dialect=args.dialect,
         fail_after=args.fail_after,
+        batch_faults=_rates(args.batch_fault, "--batch-fault"),
+        batch_seconds=args.batch_seconds,
+        batch_visible_after=args.batch_visible_after,
+        batch_log_path=args.batch_log,
     )
     serve_forever(config, host=args.host, port=args.port)
     return 0
@@ -942,7 +1042,44 @@ def format_status(counts: dict, run_dir: Path) -> str:
         )
     lines.extend(format_exactness(counts.get("exactness") or {}))
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
+    lines.extend(format_batches(counts.get("batches") or {}))
     return "\n".join(lines)
+
+
+def format_batches(batches: dict) -> list[str]:
+    """Batches of run --batch: those in flight, the final ones, and what the API charged."""
+    if not batches:
+        return []  # a live run
+    final = ", ".join(f"{count} {status}" for status, count in batches["final"].items())
+    lines = [
+        f"  batches:  {len(batches['in_flight'])} in flight ({batches['rows_in_flight']} rows), "
+        f"{sum(batches['final'].values())} final" + (f" ({final})" if final else ""),
+        f"    rows sent {batches['rows_sent']}, answered {batches['rows_answered']}, sent again "
+        f"after a failed, expired or cancelled batch {batches['rows_sent_again']}",
+    ]
+    charged = batches.get("charged")
+    if charged is not None:
+        lines.append(
+            f"    charged by the API ${charged:.4f} (batch usage.cost); rows stored "
+            f"${batches['rows_cost']:.4f}"
+            + (
+                f"; ${charged - batches['rows_cost']:.4f} billed for rows that never came back"
+                if charged - batches["rows_cost"] > 1e-9
+                else ""
+            )
+        )
+    else:
+        lines.append("    charged: the API reports no batch cost (openai-files): see the tokens")
+    for batch in batches["in_flight"]:
+        name = batch["batch_id"] or f"intent {batch['nonce']} (create unconfirmed)"
+        status = batch["status"] or ("not yet seen" if batch["batch_id"] else "reconciling")
+        lines.append(f"    {name}: {status}, {batch['rows']} rows")
+    if batches["in_flight"]:
+        lines.append(
+            "    the same run command (or run --batch-detach) stores their results; draftgen "
+            "cancel RUN_DIR cancels them"
+        )
+    return lines
 
 
 def format_endpoints(endpoints: dict) -> list[str]:
@@ -1055,6 +1192,16 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number of 0 or more")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -1079,6 +1226,7 @@ COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulat
 COMMANDS.update(vocab=cmd_vocab, report=cmd_report)
 COMMANDS.update(init=cmd_init, estimate=cmd_estimate)
 COMMANDS.update(merge=cmd_merge)
+COMMANDS.update(cancel=cmd_cancel)
 
 if __name__ == "__main__":
     sys.exit(main())

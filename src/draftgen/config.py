@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from draftgen.errors import DraftgenError
 from draftgen.mix import DatasetSpec
 
 CONFIG_NAME = "draftgen.toml"
@@ -31,7 +32,7 @@ DATASET_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(DraftgenError, ValueError):
     """A config file that cannot be used; the message names the file, the key and the fix."""
 
 
@@ -147,6 +148,9 @@ def load_config(
             continue
         if key == "backend" and isinstance(value, dict):
             values.update(_backend_table(path, value, run_options["backend"], base))
+            continue
+        if key == "batch" and isinstance(value, dict) and "batch_dialect" in run_options:
+            values.update(_batch_table(path, value, run_options, base))
             continue
         if key == "chat_template_kwargs" and key in run_options:
             if not isinstance(value, dict):
@@ -331,6 +335,25 @@ def _backend_table(path: Path, table: dict, backend: argparse.Action, base: Path
     return values
 
 
+def _batch_table(
+    path: Path, table: dict, run_options: dict[str, argparse.Action], base: Path
+) -> dict[str, Any]:
+    """``[batch]``: the ``--batch-*`` flags without their prefix (``enabled`` is ``--batch``),
+    the same as the top-level keys ``batch``, ``batch_dialect``, ..."""
+    keys = {
+        ("enabled" if dest == "batch" else dest.removeprefix("batch_")): dest
+        for dest in run_options
+        if dest == "batch" or dest.startswith("batch_")
+    }
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        dest = keys.get(key)
+        if dest is None:
+            raise ConfigError(_unknown(path, f"batch.{key}", [f"batch.{k}" for k in keys]))
+        values[dest] = _convert(path, f"batch.{key}", run_options[dest], value, base)
+    return values
+
+
 def _openrouter(path: Path, value: object) -> dict | None:
     from draftgen.backends.openrouter import provider_problem
 
@@ -449,6 +472,16 @@ path = "prompts.jsonl"
 # concurrency = 256  # in flight on this server at most (default: --endpoint-concurrency)
 # [[backend.endpoints]]
 # url = "http://10.0.0.2:30000/v1"
+
+# Batch mode (docs/batch.md): the same run through a batch API at the batch price. The keys
+# are the --batch-* flags (the top-level batch_* keys above say the same).
+# [batch]
+# enabled = true  # --batch
+# dialect = "openrouter"  # openrouter | openai-files
+# url = "https://openrouter.ai/api/v1"  # the batch API's root (default: base_url)
+# size = 5000  # rows per batch
+# detach = false  # submit and exit; the same command collects
+# retries = 3  # sends again of a row whose batch failed, expired or was cancelled
 
 # `draftgen estimate` only.
 [estimate]

@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 
 from draftgen import tokenizer as tok
+from draftgen.errors import DraftgenError
 from draftgen.ingest import Rejection
 from draftgen.mix import MixError, read_suite
 from draftgen.pipeline import RunError, RunOptions, check_base_url, generation_settings, run
@@ -28,7 +29,7 @@ from draftgen.store import Store
 LISTING_TIMEOUT = 15.0  # seconds for GET /models; a slow listing is no reason to wait long
 
 
-class EstimateError(RuntimeError):
+class EstimateError(DraftgenError, RuntimeError):
     """An estimate that cannot be made as asked; the message says what to pass."""
 
 
@@ -64,6 +65,14 @@ class Estimate:
     concurrency: int = 0
     pilot: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The same run through a batch API (run --batch): the ``MODEL:batch`` catalog price, and
+    # the batch rounds it takes (a conversation advances one turn per round).
+    batch_price_in: float | None = None  # USD per token
+    batch_price_out: float | None = None
+    batch_price_source: str = "none"  # listing | none
+    batch_cost_low: float | None = None
+    batch_cost_high: float | None = None
+    batch_rounds: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -116,6 +125,7 @@ def count_prompts(options: RunOptions, result: Estimate) -> None:
         plans = plan_turns(item)
         answers = original_answers(item)
         multi_turn = multi_turn or len(plans) > 1
+        result.batch_rounds = max(result.batch_rounds, len(plans))
         for plan in plans:
             result.turns += 1
             rendering = renderer.render(build_messages(plan, answers), plan.tools, variables)
@@ -199,6 +209,7 @@ async def find_prices(options: EstimateOptions, result: Estimate) -> None:
         listed = await listed_prices(
             _urls(options.base_url)[0], options.model, os.environ.get(options.api_key_env)
         )
+        await find_batch_price(options, result)
         if isinstance(listed, tuple):
             result.price_in, result.price_out = listed
             result.price_source = "listing"
@@ -212,6 +223,19 @@ async def find_prices(options: EstimateOptions, result: Estimate) -> None:
         result.price_source = "flags"
     else:
         result.notes.append("no prices: pass --price-in and --price-out (USD per million tokens)")
+
+
+async def find_batch_price(options: EstimateOptions, result: Estimate) -> None:
+    """The ``MODEL:batch`` entry's prices from the listing, or a note that there is none."""
+    variant = options.model if options.model.endswith(":batch") else options.model + ":batch"
+    listed = await listed_prices(
+        _urls(options.base_url)[0], variant, os.environ.get(options.api_key_env)
+    )
+    if isinstance(listed, tuple):
+        result.batch_price_in, result.batch_price_out = listed
+        result.batch_price_source = "listing"
+    else:
+        result.notes.append(f"no batch price: {listed} (the model may have no batch endpoint)")
 
 
 async def listed_prices(
@@ -253,6 +277,11 @@ def _price_and_time(options: EstimateOptions, result: Estimate) -> None:
         result.cost_low = prompt_cost + (result.output_low or 0) * result.price_out
         if result.output_high is not None:
             result.cost_high = prompt_cost + result.output_high * result.price_out
+    if result.batch_price_in is not None and result.batch_price_out is not None:
+        prompt_cost = result.prompt_tokens * result.batch_price_in
+        result.batch_cost_low = prompt_cost + (result.output_low or 0) * result.batch_price_out
+        if result.output_high is not None:
+            result.batch_cost_high = prompt_cost + result.output_high * result.batch_price_out
     if result.output_high is not None and result.tokens_per_second > 0:
         # Requests in flight each produce tokens_per_second: the run's output rate is that
         # times the concurrency (a bound: rate limits and long prompts only slow it down).
@@ -279,9 +308,22 @@ def format_estimate(result: Estimate) -> str:
             f"  price              ${result.price_in * 1e6:.4g} / ${result.price_out * 1e6:.4g} "
             f"per million prompt / completion tokens (from {result.price_source})"
         )
+    if result.batch_price_in is not None:
+        lines.append(
+            f"  batch price        ${result.batch_price_in * 1e6:.4g} / "
+            f"${result.batch_price_out * 1e6:.4g} per million (the :batch entry, "
+            f"from {result.batch_price_source})"
+        )
     if result.cost_low is not None:
         high = f"${result.cost_high:.2f}" if result.cost_high is not None else "unknown"
         lines.append(f"  cost               ${result.cost_low:.2f} .. {high}")
+    if result.batch_cost_low is not None:
+        high = f"${result.batch_cost_high:.2f}" if result.batch_cost_high is not None else "?"
+        lines.append(
+            f"  cost with --batch  ${result.batch_cost_low:.2f} .. {high}, in "
+            f"{result.batch_rounds} batch round{'s' if result.batch_rounds != 1 else ''} (a "
+            "conversation advances one turn per round; each round takes the batch's own time)"
+        )
     if result.seconds_high is not None:
         lines.append(
             f"  time               {_duration(result.seconds_low)} .. "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from draftgen.errors import DraftgenError
 from draftgen.profiles import split_reasoning
 from draftgen.store import Store
 
@@ -23,7 +24,7 @@ FORMATS = ("specforge", "specforge-text", "parquet", "hf")
 PARQUET_BATCH_ROWS = 1024
 
 
-class ExportError(ValueError):
+class ExportError(DraftgenError, ValueError):
     pass
 
 

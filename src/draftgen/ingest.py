@@ -18,6 +18,8 @@ from pathlib import Path
 
 import orjson
 
+from draftgen.errors import DraftgenError
+
 OPENAI_ROLES = frozenset({"system", "user", "assistant", "tool"})
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant"}
 # One row larger than this is refused without being held in memory whole.
@@ -47,7 +49,7 @@ class RowError(ValueError):
     """A row that cannot be used; the message is the sentence written to rejected.jsonl."""
 
 
-class InputError(ValueError):
+class InputError(DraftgenError, ValueError):
     """A whole input that cannot be read as asked; the message names the file and the fix."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from draftgen.errors import DraftgenError
 from draftgen.shard import ALL
 from draftgen.store import DB_NAME, REJECTED_NAME, SCHEMA, RunLock
 
@@ -27,7 +28,7 @@ AGREEING_META = ("tokenizer", "profile", "tokenizer_digest")
 RANK_VERIFIED, RANK_COMPLETED, RANK_FAILED = 3, 2, 1
 
 
-class MergeError(ValueError):
+class MergeError(DraftgenError, ValueError):
     """Runs that cannot be merged as asked; the message names the run directories and the fix."""
 
 

@@ -15,6 +15,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from draftgen.errors import DraftgenError
 from draftgen.ingest import (
     MAX_ROW_BYTES,
     Conversation,
@@ -29,7 +30,7 @@ from draftgen.ingest import count_rows as ingest_count
 from draftgen.ingest import read_conversations as ingest_read
 
 
-class MixError(ValueError):
+class MixError(DraftgenError, ValueError):
     """A dataset suite that cannot be read as asked; the message names the dataset and the fix."""
 
 

@@ -30,6 +30,7 @@ from draftgen.backends.openrouter import provider_problem
 from draftgen.budget import BudgetReached, SpendGuard
 from draftgen.client import ChatClient, FatalApiError, GenerationFailed, RetryPolicy, RunStopped
 from draftgen.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
+from draftgen.errors import DraftgenError
 from draftgen.ingest import Conversation, Rejection
 from draftgen.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
 from draftgen.native_turn import native_turns
@@ -64,7 +65,7 @@ from draftgen.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
 _log = logging.getLogger("draftgen.run")
 
 
-class RunError(RuntimeError):
+class RunError(DraftgenError, RuntimeError):
     """A run that cannot start or must stop; the message says what to do."""
 
 
@@ -110,6 +111,17 @@ class RunOptions:
     # ingest.INPUT_FORMATS; also the format of [[datasets]] that name none. None: "auto".
     input_format: str | None = None
     shard: Shard | None = None  # run only this part of the rows (draftgen.shard); None: all
+    # Batch mode (draftgen.batch, [batch] in draftgen.toml): the same plan and store, generated
+    # through a batch API at the batch price instead of live requests.
+    batch: bool = False
+    batch_dialect: str = "openrouter"  # openrouter (inline requests) | openai-files (JSONL)
+    batch_url: str | None = None  # the batch API's root (None: the --base-url)
+    batch_model: str | None = None  # the model named in each create (None: --model)
+    batch_size: int | None = None  # rows per batch (None: the dialect's limit)
+    batch_detach: bool = False  # submit what is ready and exit; the same command collects
+    batch_poll: float = 5.0  # first seconds between polls, growing to 60
+    batch_retries: int = 3  # sends again of a row whose batch failed, expired, was cancelled
+    batch_grace: float = 120.0  # seconds a lost create may stay unseen before it counts absent
 
     def suite(self) -> Suite:
         """The prompts this run reads: ``datasets`` if given, else the ``inputs`` files."""
@@ -389,7 +401,10 @@ async def run(options: RunOptions) -> RunSummary:
             store.set_meta(DETECTED_PROFILE, profile.name)
         reconstruction = BackgroundReconstruction(options.out, options.tokenizer, profile)
         try:
-            progress = await _generate(
+            generate = _generate
+            if options.batch:  # the one place batch mode plugs in: the generation step
+                from draftgen.batch import generate_batch as generate
+            progress = await generate(
                 options,
                 store,
                 settings,
@@ -434,8 +449,13 @@ async def _start_embedded_simulator(options: RunOptions):
         faults={"rate_limit": 0.02, "server_error": 0.02, "drop": 0.01, "empty": 0.02},
         quirks={"drift": 0.03, "leak_eot": 0.05, "no_split": 0.05, "strip_whitespace": 0.02},
         dialect=resolve_backend(options.backend).dialect,
+        batch_faults=EMBEDDED_BATCH_FAULTS if options.batch else {},
     )
     return await start_simulator(config)
+
+
+# Batch faults of the built-in simulator under --batch: every path of draftgen.batch is taken.
+EMBEDDED_BATCH_FAULTS = {"create_5xx": 0.05, "row_error": 0.02, "expire": 0.05, "get_5xx": 0.02}
 
 
 def resolve_backend(name: str) -> Backend:

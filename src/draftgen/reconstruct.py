@@ -13,7 +13,6 @@ path still runs beside them and its agreement is ``TokenSample.text_check``.
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -312,9 +311,7 @@ def reconstruct_from_logprobs(
     return unusable("no reading with the logprob tokens matches the completion count")
 
 
-def _logprob_frames(
-    reading: CompletionReading, tokenizer: Any, tail: str, suffix: str
-) -> Any:
+def _logprob_frames(reading: CompletionReading, tokenizer: Any, tail: str, suffix: str) -> Any:
     """(ids before the content, candidate ids after it) of each reading that holds the content;
     (None, ()) where the text before it does not encode back to itself. A segmented family's
     reading is cut at its content's segments, any other's text at ``tail``."""
@@ -646,11 +643,43 @@ def whitespace_repair(
             if any(len(reading.ids(tokenizer, i)) == expected for i in range(len(reading.texts))):
                 return f"the count matches with {lead!r} before and {trail!r} after the content"
         return None
-    counter = CountFrom(tokenizer, texts or read_completion(completion, prompt_text, profile).texts)
-    for lead, trail, repaired in whitespace_repairs(completion, prompt_text, profile):
-        if any(counter.count(text) == expected for text in repaired):
+    known = texts or read_completion(completion, prompt_text, profile).texts
+    for lead, trail, counts in _repair_plan(completion, prompt_text, profile, tokenizer, known):
+        if any(count_from(tokenizer, pieces) == expected for pieces in counts):
             return f"the count matches with {lead!r} before and {trail!r} after the content"
     return None
+
+
+def _repair_plan(
+    completion: Completion,
+    prompt_text: str,
+    profile: ModelProfile,
+    tokenizer: Any,
+    known: list[str],
+) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+    """Each repair with, for each of its readings, the texts its count is made of
+    (``CountFrom.pieces``); worked out once per batch (``repair_texts`` lists them first)."""
+    memo = getattr(tokenizer, "memo", None) if isinstance(tokenizer, tok.EncoderView) else None
+    if memo is not None:
+        entry = memo.get(id(completion))
+        if entry is not None and entry[0] is completion and entry[1] == prompt_text:
+            return entry[2]
+    counter = CountFrom(tokenizer, known)
+    plan = [
+        (lead, trail, [counter.pieces(text) for text in repaired])
+        for lead, trail, repaired in whitespace_repairs(completion, prompt_text, profile)
+    ]
+    if memo is not None:
+        memo[id(completion)] = (completion, prompt_text, plan)
+    return plan
+
+
+def count_from(tokenizer: Any, pieces: tuple[str, ...]) -> int:
+    """The count ``CountFrom.pieces`` stand for: a whole text's, or a known text's changed."""
+    if len(pieces) == 1:
+        return tok.count(tokenizer, pieces[0])
+    base, old, new = (tok.count(tokenizer, piece) for piece in pieces)
+    return base - old + new
 
 
 def repair_texts(stored: StoredCompletion, tokenizer: Any, profile: ModelProfile) -> list[str]:
@@ -665,14 +694,10 @@ def repair_texts(stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
     except RenderError:
         return []
     texts = read_completion(completion, prompt_text, profile).texts
-    if any(len(tok.encode(tokenizer, text)) == expected for text in texts):
+    if any(tok.count(tokenizer, text) == expected for text in texts):
         return []
-    counter = CountFrom(tokenizer, texts)
-    needed: list[str] = []
-    for _, _, repaired in whitespace_repairs(completion, prompt_text, profile):
-        for text in repaired:
-            needed.extend(counter.pieces(text))
-    return needed
+    plan = _repair_plan(completion, prompt_text, profile, tokenizer, texts)
+    return [piece for _, _, counts in plan for pieces in counts for piece in pieces]
 
 
 class CountFrom:
@@ -696,51 +721,39 @@ class CountFrom:
                 starts = [m.start() for m in matches]
                 self.known.append((text, starts, [m.end() for m in matches]))
 
-    def pieces(self, text: str) -> list[str]:
-        """The texts ``count`` encodes for ``text`` (the known text's ids included)."""
+    def pieces(self, text: str) -> tuple[str, ...]:
+        """What the count of ``text`` is made of (``count_from``): ``(text,)``, or a known text,
+        its span that changes and what ``text`` has there instead."""
         window = self._window(text)
-        return [text] if window is None else list(window)
+        return (text,) if window is None else window
 
     def count(self, text: str) -> int:
-        window = self._window(text)
-        if window is None:
-            return len(tok.encode(self.tokenizer, text))
-        base, old, new = (len(tok.encode(self.tokenizer, part)) for part in window)
-        return base - old + new
+        return count_from(self.tokenizer, self.pieces(text))
 
     def _window(self, text: str) -> tuple[str, str, str] | None:
-        """(known text, its span that changes, what ``text`` has there instead), the smallest."""
+        """(known text, its span that changes, what ``text`` has there instead), the smallest.
+
+        The span runs from the last special token's end up to which ``text`` begins as the
+        known text, to the first special token's start from which it ends as it: only the few
+        special tokens of a text are tried (a comparison in C each), never every character.
+        """
         best = None
         for base, starts, ends in self.known:
-            prefix, suffix = _common_ends(base, text)
-            start = ends[bisect.bisect_right(ends, prefix) - 1] if ends and ends[0] <= prefix else 0
-            after = bisect.bisect_left(starts, len(base) - suffix)
-            end = starts[after] if after < len(starts) else len(base)
+            start = next((e for e in reversed(ends) if text.startswith(base[:e])), 0)
+            tail = len(text) - len(base)  # where base[i:] would begin in text: i + tail
+            end = next(
+                (
+                    s
+                    for s in (*starts, len(base))
+                    if s >= start and s + tail >= start and text.endswith(base[s:])
+                ),
+                None,
+            )
+            if end is None:
+                continue  # texts that do not end alike: not from this one
             if best is None or end - start < len(best[1]):
-                shift = len(text) - len(base)
-                best = (base, base[start:end], text[start : end + shift])
+                best = (base, base[start:end], text[start : end + tail])
         return best
-
-
-def _common_ends(a: str, b: str) -> tuple[int, int]:
-    """Lengths of the common prefix and of the common suffix after it (slices compare in C)."""
-    limit = min(len(a), len(b))
-    low, high = 0, limit
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    prefix = low
-    low, high = 0, limit - prefix
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[len(a) - middle :] == b[len(b) - middle :]:
-            low = middle
-        else:
-            high = middle - 1
-    return prefix, low
 
 
 def strip_is_invisible(content: str, tokenizer: Any) -> bool:

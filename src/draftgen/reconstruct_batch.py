@@ -32,6 +32,7 @@ class PreEncodedTokenizer(tok.EncoderView):
         self._texts_decoded: dict[str, str] = {}
         # id of a list handed out -> (that list, the ids it held, their text)
         self._decoded: dict[int, tuple[list[int], list[int], str]] = {}
+        self.memo: dict = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -55,6 +56,10 @@ class PreEncodedTokenizer(tok.EncoderView):
         if decoded is not None:
             self._decoded[id(copy)] = (copy, ids, decoded)
         return copy
+
+    def count_text(self, text: str) -> int:
+        ids = self._ids.get(text)
+        return len(ids) if ids is not None else tok.count(self.inner, text)
 
     def decode_ids(self, ids: list[int]) -> str:
         entry = self._decoded.get(id(ids))

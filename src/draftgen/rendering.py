@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from draftgen import tokenizer as tok
-from draftgen.profiles import ModelProfile, detect_profile, get_profile
+from draftgen.errors import DraftgenError
+from draftgen.profiles import (
+    PROFILES,
+    ModelProfile,
+    UnknownProfileError,
+    detect_profile,
+    get_profile,
+)
 from draftgen.records import GenerationSettings, Rendering
 
 # Where a model repository keeps a Python chat encoder instead of a Jinja template
@@ -27,7 +34,7 @@ from draftgen.records import GenerationSettings, Rendering
 ENCODER_GLOB = "encoding/encoding_*.py"
 
 
-class RenderError(RuntimeError):
+class RenderError(DraftgenError, RuntimeError):
     """The template or encoder raised: the sample keeps the message, the run goes on."""
 
 
@@ -148,7 +155,9 @@ class ChatRenderer:
             return self.encoder.render(prepared, tools, variables, self.profile), None
         kwargs: dict[str, Any] = {"add_generation_prompt": True, **variables}
         if tools:
-            kwargs["tools"] = copy.deepcopy(tools)
+            # A list, as the server has it from the JSON body (rows hold a tuple): Kimi's
+            # tokenizers sort the keys of dicts inside a list only.
+            kwargs["tools"] = copy.deepcopy(list(tools))
         _install_clock(self.tokenizer, tools)
         token = _CLOCK.set(now)
         try:
@@ -288,6 +297,13 @@ def resolve_profile(tokenizer: Any, name: str | None = None) -> ModelProfile:
         return get_profile(name)
     directory = getattr(tokenizer, "name_or_path", "") or ""
     path = encoder_path(directory) if directory and Path(directory).is_dir() else None
+    if path is not None and not any(path.name in p.encoder_files for p in PROFILES.values()):
+        # Calling an encoder draftgen does not know the way it calls another would render a
+        # prompt the server never saw (DeepSeek V4.1's differs from V4's).
+        raise UnknownProfileError(
+            f"{path} is a chat encoder no draftgen profile knows; pass --profile naming the "
+            "family whose encoder it is, or use a tokenizer directory draftgen supports"
+        )
     return detect_profile(tok.full_vocab(tokenizer), path.name if path is not None else "")
 
 

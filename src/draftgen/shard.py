@@ -11,10 +11,12 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from draftgen.errors import DraftgenError
+
 ALL = "all"  # the shard label of a run that read every row
 
 
-class ShardError(ValueError):
+class ShardError(DraftgenError, ValueError):
     """A shard that cannot be used as given; the message says what to write instead."""
 
 

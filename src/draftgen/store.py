@@ -25,6 +25,7 @@ from pathlib import Path
 
 import orjson
 
+from draftgen.errors import DraftgenError
 from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
 
 DB_NAME = "draftgen.sqlite"
@@ -94,6 +95,42 @@ CREATE TABLE IF NOT EXISTS endpoint_events (
     detail TEXT NOT NULL,
     at REAL NOT NULL
 );
+-- run --batch (draftgen.batch): one intent per batch create, committed before it is sent, and
+-- the rows it holds (custom_id = <nonce>-<row>); a row is in at most one live batch.
+CREATE TABLE IF NOT EXISTS batch_intents (
+    nonce TEXT PRIMARY KEY,
+    dialect TEXT NOT NULL,
+    url TEXT NOT NULL,
+    model TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    rows INTEGER NOT NULL,
+    body_hash TEXT NOT NULL,
+    worst_cost REAL,
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    batch_id TEXT UNIQUE,
+    input_file_id TEXT,
+    status TEXT,
+    status_at REAL,
+    request_counts TEXT,
+    cost REAL,
+    error TEXT,
+    results_cursor TEXT,
+    detail TEXT
+);
+CREATE TABLE IF NOT EXISTS batch_rows (
+    custom_id TEXT PRIMARY KEY,
+    nonce TEXT NOT NULL,
+    key TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    request BLOB NOT NULL,
+    prompt_tokens INTEGER,
+    outcome TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS batch_rows_by_key ON batch_rows (key);
+CREATE INDEX IF NOT EXISTS batch_rows_by_nonce ON batch_rows (nonce);
 """
 
 INSERT_COMPLETION = """
@@ -128,7 +165,7 @@ SELECT_COMPLETIONS = (
 INSERT_LOGPROB_TOKENS = "INSERT OR IGNORE INTO logprob_tokens (key, token_bytes) VALUES (?, ?)"
 
 
-class StoreError(RuntimeError):
+class StoreError(DraftgenError, RuntimeError):
     """The run directory cannot be used as asked; the message says what to do."""
 
 
@@ -464,6 +501,59 @@ class Store:
             "endpoints": self.endpoint_figures(),
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
+            "batches": self.batch_figures(),
+        }
+
+    def batch_figures(self) -> dict:
+        """Batches of ``run --batch`` (empty for a live run): intents by state, final batches by
+        status, the ones in flight, and what the API charged (``usage.cost``) against the cost
+        of the rows that came back."""
+        one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
+        if not one("SELECT count(*) FROM batch_intents")[0]:
+            return {}
+        in_flight = [
+            {
+                "nonce": nonce,
+                "batch_id": batch_id,
+                "state": state,
+                "status": status,
+                "rows": rows,
+                "submitted_at": created_at,
+                "status_at": status_at,
+            }
+            for nonce, batch_id, state, status, rows, created_at, status_at in self.db.execute(
+                "SELECT nonce, batch_id, state, status, rows, created_at, status_at"
+                " FROM batch_intents WHERE state IN ('submitting', 'submitted')"
+                " ORDER BY created_at, nonce"
+            )
+        ]
+        charged, known = one(
+            "SELECT coalesce(sum(cost), 0), count(cost) FROM batch_intents WHERE state = 'ingested'"
+        )
+        rows_cost = one(
+            "SELECT coalesce(sum(c.cost), 0) FROM batch_rows r JOIN completions c ON c.key = r.key"
+            " WHERE r.outcome = 'done'"
+        )[0]
+        return {
+            "by_state": dict(
+                self.db.execute("SELECT state, count(*) FROM batch_intents GROUP BY 1")
+            ),
+            "final": dict(
+                self.db.execute(
+                    "SELECT status, count(*) FROM batch_intents WHERE state = 'ingested'"
+                    " GROUP BY 1 ORDER BY 2 DESC"
+                )
+            ),
+            "in_flight": in_flight,
+            "rows_in_flight": sum(b["rows"] for b in in_flight),
+            "rows_sent": one("SELECT count(*) FROM batch_rows")[0],
+            "rows_answered": one("SELECT count(*) FROM batch_rows WHERE outcome = 'done'")[0],
+            "rows_sent_again": one(
+                "SELECT count(*) FROM batch_rows WHERE outcome IN"
+                " ('failed', 'expired', 'cancelled', 'missing', 'batch_failed')"
+            )[0],
+            "charged": charged if known else None,  # None: the API reports no batch cost
+            "rows_cost": rows_cost,
         }
 
     def unreconstructed(self) -> int:
@@ -699,43 +789,15 @@ class CompletionWriter:
         errors: list[dict],
         latency: float,
     ) -> None:
-        row = (
-            key,
-            source_id,
-            turn,
-            request,
-            completion.generation_id,
-            completion.provider,
-            completion.model,
-            completion.reasoning,
-            completion.content,
-            _json_or_none(completion.tool_calls),
-            completion.finish_reason,
-            completion.native_finish_reason,
-            completion.prompt_tokens,
-            completion.completion_tokens,
-            completion.reasoning_tokens,
-            completion.cost,
-            _json_or_none(completion.usage),
-            _json_or_none(pack_message(completion)),
-            attempts,
-            _json_or_none(errors),
-            latency,
-            time.time(),
-            completion.endpoint,
-            completion.endpoint_latency,
-        )
-        statements = [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
-        if completion.prompt_token_ids is not None and completion.completion_token_ids is not None:
-            ids = (
-                key,
-                array("i", completion.prompt_token_ids).tobytes(),
-                array("i", completion.completion_token_ids).tobytes(),
+        await self._submit(
+            completion_statements(
+                key, source_id, turn, request, completion, attempts, errors, latency
             )
-            statements.append((INSERT_SERVER_IDS, ids))
-        if completion.logprob_bytes is not None:
-            packed = orjson.dumps([token.hex() for token in completion.logprob_bytes])
-            statements.append((INSERT_LOGPROB_TOKENS, (key, packed)))
+        )
+
+    async def write(self, statements: list[tuple[str, tuple]]) -> None:
+        """Commit ``statements`` in one transaction (with whatever else is queued); durable
+        once awaited."""
         await self._submit(statements)
 
     async def add_failure(
@@ -791,6 +853,58 @@ class CompletionWriter:
                 continue
             for _, future in batch:
                 future.set_result(None)
+
+
+def completion_statements(
+    key: str,
+    source_id: str,
+    turn: int,
+    request: bytes,
+    completion: Completion,
+    attempts: int,
+    errors: list[dict],
+    latency: float,
+) -> list[tuple[str, tuple]]:
+    """The statements that store one completion (and clear a failure of its key); a completion
+    already stored under ``key`` is kept, so storing one twice changes nothing."""
+    row = (
+        key,
+        source_id,
+        turn,
+        request,
+        completion.generation_id,
+        completion.provider,
+        completion.model,
+        completion.reasoning,
+        completion.content,
+        _json_or_none(completion.tool_calls),
+        completion.finish_reason,
+        completion.native_finish_reason,
+        completion.prompt_tokens,
+        completion.completion_tokens,
+        completion.reasoning_tokens,
+        completion.cost,
+        _json_or_none(completion.usage),
+        _json_or_none(pack_message(completion)),
+        attempts,
+        _json_or_none(errors),
+        latency,
+        time.time(),
+        completion.endpoint,
+        completion.endpoint_latency,
+    )
+    statements = [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
+    if completion.prompt_token_ids is not None and completion.completion_token_ids is not None:
+        ids = (
+            key,
+            array("i", completion.prompt_token_ids).tobytes(),
+            array("i", completion.completion_token_ids).tobytes(),
+        )
+        statements.append((INSERT_SERVER_IDS, ids))
+    if completion.logprob_bytes is not None:
+        packed = orjson.dumps([token.hex() for token in completion.logprob_bytes])
+        statements.append((INSERT_LOGPROB_TOKENS, (key, packed)))
+    return statements
 
 
 def rejection_kind(reason: str) -> str:

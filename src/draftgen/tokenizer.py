@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from draftgen import fast_encoder
+from draftgen.errors import DraftgenError
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -18,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 FIXTURE_PREFIX = "fixture:"
 
 
-class TokenizerLoadError(RuntimeError):
+class TokenizerLoadError(DraftgenError, RuntimeError):
     pass
 
 
@@ -115,6 +116,13 @@ def decode(tokenizer: Any, ids: list[int]) -> str:
     return fast_encoder.codec_for(tokenizer).decode(ids)
 
 
+def count(tokenizer: Any, text: str) -> int:
+    """``len(encode(tokenizer, text))``, without copying ids a batch already holds."""
+    if isinstance(tokenizer, EncoderView):
+        return tokenizer.count_text(text)
+    return len(fast_encoder.codec_for(tokenizer).encode(text))
+
+
 def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     """``encode`` of every text, on every core where a fast encoder is proven.
 
@@ -142,10 +150,18 @@ def decode_batch(tokenizer: Any, batch: list[list[int]]) -> list[str]:
 
 
 class EncoderView:
-    """A stand-in for a tokenizer that answers ``encode``/``decode`` itself (a batch's results)."""
+    """A stand-in for a tokenizer that answers ``encode``/``decode`` itself (a batch's results).
+
+    ``memo`` keeps what a batch worked out once for a later step of the same batch.
+    """
+
+    memo: dict
 
     def encode_text(self, text: str) -> list[int]:
         raise NotImplementedError
+
+    def count_text(self, text: str) -> int:
+        return len(self.encode_text(text))
 
     def decode_ids(self, ids: list[int]) -> str:
         raise NotImplementedError

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from draftgen.errors import DraftgenError
 from draftgen.store import Store
 
 JSON_NAME = "vocab.json"
@@ -26,7 +27,7 @@ TORCH_NAME = "vocab_mapping.pt"
 SPECFORGE_DRAFT_VOCAB = 32000
 
 
-class VocabError(ValueError):
+class VocabError(DraftgenError, ValueError):
     """The vocabulary cannot be built as asked; the message says what to do."""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from draftgen.errors import DraftgenError
 from draftgen.records import Completion
 
 
@@ -50,7 +51,7 @@ class Backend:
         return self.server or self.name
 
 
-class UnknownBackendError(ValueError):
+class UnknownBackendError(DraftgenError, ValueError):
     pass
 
 

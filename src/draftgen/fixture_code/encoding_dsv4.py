@@ -307,8 +307,8 @@ def _assistant_text(message: Mapping[str, Any], closes_thinking: bool) -> str:
     text = ""
     if closes_thinking:
         # The turn before opened the block: reasoning (possibly none) and </think>.
-        text += (message.get("reasoning_content") or "") + THINK_CLOSE
-    text += message.get("content") or ""
+        text += str(message.get("reasoning_content") or "") + THINK_CLOSE
+    text += str(message.get("content") or "")
     calls = message.get("tool_calls")
     if calls:
         invocations = "\n".join(_invocation(call) for call in calls)

@@ -8,6 +8,7 @@ vocabulary or chat encoder (``detect_profile``) or forced by name (``get_profile
 
 from __future__ import annotations
 
+from draftgen.errors import DraftgenError
 from draftgen.profiles import (
     deepseek,
     deepseek_v4,
@@ -17,6 +18,7 @@ from draftgen.profiles import (
     kimi,
     kimi_k3,
     minimax,
+    minimax_m3,
     qwen3,
     qwen3_5,
 )
@@ -44,9 +46,21 @@ from draftgen.profiles.qwen3 import QWEN3
 
 # In detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>), Qwen3.5
 # before Qwen3 (its markers are Qwen3's and more), GLM-5 before GLM-4.5 (the same names, at its own
-# ids). The
+# ids), MiniMax-M3 before M2 (M2's markers and <mm:think>). The
 # others share no marker with any family before them.
-FAMILIES = (kimi, kimi_k3, deepseek, deepseek_v4, qwen3_5, qwen3, glm5, glm, minimax, gpt_oss)
+FAMILIES = (
+    kimi,
+    kimi_k3,
+    deepseek,
+    deepseek_v4,
+    qwen3_5,
+    qwen3,
+    glm5,
+    glm,
+    minimax_m3,
+    minimax,
+    gpt_oss,
+)
 
 PROFILES: dict[str, ModelProfile] = {}
 for _family in FAMILIES:
@@ -63,7 +77,7 @@ FIXTURES: dict[str, FixtureSpec] = {
 }
 
 
-class UnknownProfileError(ValueError):
+class UnknownProfileError(DraftgenError, ValueError):
     pass
 
 

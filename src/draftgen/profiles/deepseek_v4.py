@@ -47,6 +47,11 @@ DEEPSEEK_V4 = ModelProfile(
     marker_tokens=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", DSML),
     tool_call_tokens=(DSML,),
     reasoning_split_markers=("</think>",),
+    # Confirmed (rebuilt calls can pass from text): DeepSeek's golden cases fix the shape the
+    # encoder writes for history turns, and the encoder's own parser reads only that shape (any
+    # other whitespace, or text after the block, raises). What a count cannot see is a model that
+    # departs from it where the server's lenient parser does not notice: string="false" on a
+    # value the tool schema types as text, or "\n" for "\n\n" (one token each).
     tool_call_format=DSML_V4_TOOL_CALLS,
     tool_call_writer=write_dsml_v4_calls,
     xml_arguments=True,

@@ -190,22 +190,21 @@ def write_tool_calls(
 # -- completions ---------------------------------------------------------------------------------
 
 
+# What can end a text that markup follows: a whole end of message, or the start of a close cut
+# off by ``max_tokens``.
+_TRAILING_MARKUP = (END_OF_MSG, MESSAGE_CLOSE, f"{CLOSE}message", f"{CLOSE}response", CLOSE)
+
+
 def _markup_start(content: str) -> int:
-    """Where markup the provider left at the end of content begins (``len(content)`` if none):
-    the response channel's close and all after it, or a trailing end of message, or the start of
-    a close cut off by ``max_tokens``."""
+    """Where markup the provider left in content begins (``len(content)`` if none): the response
+    channel's close and all after it, or markup at the end."""
     found = content.find(RESPONSE_CLOSE)
-    if found >= 0:
-        return found
+    return found if found >= 0 else _trailing_start(content, _TRAILING_MARKUP)
+
+
+def _trailing_start(content: str, trailing: tuple[str, ...]) -> int:
+    """Where the run of ``trailing`` pieces that ends ``content`` begins."""
     end = len(content)
-    trailing = (
-        END_OF_MSG,
-        MESSAGE_CLOSE,
-        f"{CLOSE}message",
-        f"{CLOSE}response",
-        f"{CLOSE}think",
-        CLOSE,
-    )
     while True:
         piece = next((p for p in trailing if content.endswith(p, 0, end)), None)
         if piece is None:
@@ -285,6 +284,13 @@ class XtmlTurns:
             notes.append(NO_REASONING_SPLIT)
             reasoning, _, content = content.partition(THINK_CLOSE)
         raw_content = content
+        if not complete:
+            # A parser hands back the start of a close it saw cut off (``<|close|>think``) with
+            # the reasoning, and of the response's open with the content: markup the count
+            # places, not text.
+            reasoning = reasoning[: _trailing_start(reasoning, (f"{CLOSE}think", CLOSE))]
+            if RESPONSE_OPEN.startswith(content):
+                content = ""
         content = content.removeprefix(RESPONSE_OPEN)
         cut = _markup_start(content)
         content, left = content[:cut], segment_markup(content[cut:])
@@ -307,18 +313,21 @@ class XtmlTurns:
             extra = (f"tool_arguments_reserialised={style}",) if len(styles) > 1 else ()
             ending = [*close_tag("response"), *(calls_segments(calls, style) if calls else [])]
             ending += MESSAGE_END
-            if left and ending[: len(left)] != left:
+            # Left markup found in the ending (a close not stripped, or what follows a close a
+            # parser stripped) is the ending as the fields already hold it.
+            at = _find(ending, left)
+            if left and at < 0:
                 # Markup the structured fields do not hold (a call the provider did not parse):
                 # it is what the model wrote, as far as the text goes.
                 _note(notes, "markup_in_content")
-                ending = [*left, *_finished(left)] if complete else left
-                first = last = len(ending)
+                ending = [*left, *_finished(left)]
+                first, last = len(left), (len(ending) if complete else len(ending) - 1)
             else:
                 if left and complete:
                     _note(notes, LEAKED_END_OF_TURN)
                 # A cut can fall anywhere after what the text shows: a parser drops a closed
                 # channel's close with everything after it.
-                first, last = len(left), len(ending) - 1
+                first, last = (at + len(left) if left else 0), len(ending) - 1
             full = [*head, *answer, *ending]
             span = (len(head), len(head) + len(answer))
             if complete:
@@ -341,6 +350,14 @@ class XtmlTurns:
             reading_notes=[extra for _, extra, _ in readings],
             content_spans=[span for _, _, span in readings],
         )
+
+
+def _find(segments: list[Segment], part: list[Segment]) -> int:
+    """Where ``part`` first occurs in ``segments`` (-1 if nowhere; 0 for an empty part)."""
+    for start in range(len(segments) - len(part) + 1):
+        if segments[start : start + len(part)] == part:
+            return start
+    return -1
 
 
 def _note(notes: list[str], note: str) -> None:

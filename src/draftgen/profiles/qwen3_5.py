@@ -53,10 +53,9 @@ QWEN3_5 = ModelProfile(
     think_start="<think>",
     think_end="</think>",
     end_of_turn="<|im_end|>",
-    # Qwen3's markers and two that Qwen3 lacks: an audio token (Qwen3.5 lists them from 248070)
-    # and an ordinary token of Qwen3.5's own 248,044 BPE ranks that Qwen's 151,643 do not hold
-    # (Qwen3-Omni has the audio tokens on Qwen's ranks, and Qwen3's JSON tool calls).
-    marker_tokens=("<|im_start|>", "<|im_end|>", "<think>", "<|audio_start|>", "lebih"),
+    # Qwen3's markers and an ordinary token of Qwen3.5's own 248,044 BPE ranks that Qwen's 151,643
+    # do not hold (its added tokens are all Qwen3's or Qwen3-Omni's, whose tool calls are JSON).
+    marker_tokens=("<|im_start|>", "<|im_end|>", "<think>", "lebih"),
     tool_call_tokens=("<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=QWEN3_5_TOOL_CALLS,

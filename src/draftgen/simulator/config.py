@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftgen.errors import DraftgenError
+
 # Request-level failures, each with the wire shape documented in REFERENCE.md §2.
 FAULTS: tuple[str, ...] = (
     "rate_limit",  # 429 + Retry-After, error_type rate_limit_exceeded
@@ -92,7 +94,7 @@ INEXACT_QUIRKS: frozenset[str] = frozenset(
 )
 
 
-class SimConfigError(ValueError):
+class SimConfigError(DraftgenError, ValueError):
     """A simulator setting that cannot work; the message names it."""
 
 

@@ -153,6 +153,9 @@ def token_table(tokenizer_spec: str, profile: ModelProfile) -> TokenTable:
 
 
 def prompt_layout(prompt_text: str, profile: ModelProfile) -> str:
+    if profile.segmented is not None:
+        mode = profile.segmented.prompt_mode(prompt_text)
+        return {"open": FORCED, "closed": DISABLED}.get(mode, OPEN)
     # Qwen3-2507 thinking opens the block as "<think>\n": still forced.
     if prompt_text.rstrip().endswith(profile.think_start):
         return FORCED
@@ -274,7 +277,9 @@ def generate(
     head, tail = profile.content_frame(answer, tool_turn)
     sections: list[Section] = []
     if has_reasoning:
-        if layout == OPEN:
+        # A model that decides not to think may write think_end alone (MiniMax-M3, adaptive).
+        bare = plan.empty_reasoning and profile.bare_think_end
+        if layout == OPEN and not bare:
             opening = profile.think_lead + profile.think_start
             sections.append(Section("think_start", encode(tokenizer, opening)))
         if plan.empty_reasoning:
@@ -290,7 +295,10 @@ def generate(
     sections.append(Section("content", encode(tokenizer, answer)))
     if plan.tool_call is not None:
         sections.append(Section("tool_calls", encode(tokenizer, tail + markup)))
-    sections.append(Section("eot", encode(tokenizer, profile.turn_end(tool_turn))))
+    # Raw tool-call text ends the turn as a call does where the family says so (GLM-5).
+    sections.append(Section("eot", encode(tokenizer, profile.turn_end(tool_turn, answer))))
+    if profile.segmented is not None:
+        sections = _segmented_sections(profile, tokenizer, has_reasoning, plan, reasoning, answer)
 
     drifted_at: int | None = None
     if plan.drift:
@@ -309,6 +317,24 @@ def generate(
     for s in sections:
         s.pieces = table.texts(s.ids)
     return ModelOutput(sections, finish_reason, quirks, layout)
+
+
+def _segmented_sections(
+    profile: ModelProfile,
+    tokenizer: Any,
+    has_reasoning: bool,
+    plan: Plan,
+    reasoning: str,
+    answer: str,
+) -> list[Section]:
+    """The turn of a family that encodes its markup piece by piece (Kimi K3), as it writes it."""
+    call = None
+    if plan.tool_call is not None:
+        function = {"name": plan.tool_call["name"], "arguments": plan.tool_call["arguments"]}
+        call = {"id": plan.tool_call["id"], "function": function}
+    segmented = profile.segmented
+    parts = segmented.generated(reasoning if has_reasoning else None, answer, call)
+    return [Section(kind, segmented.encode(tokenizer, segments)) for kind, segments in parts]
 
 
 def _apply_drift(table: TokenTable, sections: list[Section], rng: random.Random) -> int | None:
@@ -345,4 +371,7 @@ def is_canonical(table: TokenTable, output: ModelOutput) -> bool:
     """Does re-encoding the generated text give back exactly these ids?"""
     ids = output.ids
     text = "".join(s.text for s in output.sections)
+    segmented = table.profile.segmented
+    if segmented is not None:
+        return segmented.encode(table.tokenizer, segmented.segment_text(text)) == ids
     return encode(table.tokenizer, text) == ids

@@ -131,11 +131,15 @@ class Simulator:
         self._retry_after = format_retry_after(config.retry_after)
         self._prices = (config.prompt_price, config.completion_price)
         self._stripping = config.quirks.get("strip_whitespace", 0) > 0
+        from draftgen.simulator.batch import BatchSimulator
+
+        self.batch = BatchSimulator(self)  # the batch APIs, both dialects
 
     def close(self) -> None:
         if self._truth_file is not None:
             self._truth_file.close()
             self._truth_file = None
+        self.batch.close()
 
     # -- prompt ---------------------------------------------------------------------------
 
@@ -386,6 +390,7 @@ class Simulator:
         generate = GenerateRoute(self).handle
         app.router.add_post("/generate", generate)
         app.router.add_post(API_PREFIX + "/generate", generate)
+        self.batch.register(app)
         return app
 
     def _authorized(self, request: web.Request) -> bool:
@@ -452,6 +457,16 @@ class Simulator:
             }
             for model in self.models_seen
         ]
+        # Models with a batch endpoint have a ``:batch`` variant with its own (lower) price.
+        batch_models = self.config.batch_models
+        for entry in list(data):
+            if batch_models is None or entry["id"] in batch_models:
+                prices = self.batch.prices
+                pricing = {**entry["pricing"], "prompt": wire_price(prices[0])}
+                pricing["completion"] = wire_price(prices[1])
+                batch_id = entry["id"] + ":batch"
+                data.append({**entry, "id": batch_id, "canonical_slug": batch_id})
+                data[-1]["pricing"] = pricing
         return self._json(200, orjson.dumps({"data": data}))
 
     async def handle_model_endpoints(self, request: web.Request) -> web.Response:
@@ -939,6 +954,7 @@ class SimServer:
         self.config = simulator.config
         self.profile = simulator.profile
         self.tokenizer = simulator.tokenizer
+        self.batches = simulator.batch  # the batch APIs' state, log and ground truth
 
     async def close(self) -> None:
         await self._runner.cleanup()

@@ -1,0 +1,120 @@
+"""The library's front door: a run (``Run``) and what can be done with its directory (``RunDir``).
+
+The CLI only calls these; anything it does can be done from Python:
+
+    from draftgen import Run, RunDir, RunOptions
+
+    summary = Run(RunOptions(inputs=["prompts.jsonl"], model="moonshotai/kimi-k2.5",
+                             tokenizer="fixture:kimi-k2.5", out="runs/demo")).execute()
+    run_dir = RunDir.open("runs/demo")
+    run_dir.export("specforge", "runs/demo/specforge.jsonl")
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from draftgen.pipeline import RunOptions, RunSummary, open_existing, reconstruct_pending, run
+from draftgen.store import RunLock, Store
+
+
+class Run:
+    """One run of ``options``: generate what the run directory lacks, reconstruct, verify.
+
+    Running the same options again resumes; nothing stored is requested twice.
+    """
+
+    def __init__(self, options: RunOptions) -> None:
+        if not isinstance(options.out, Path):
+            options.out = Path(options.out)
+        self.options = options
+
+    def execute(self) -> RunSummary:
+        return asyncio.run(self.execute_async())
+
+    async def execute_async(self) -> RunSummary:
+        return await run(self.options)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """How complete a run directory's samples are when read."""
+
+    # Samples an interrupted run stored but had not reconstructed, reconstructed now.
+    reconstructed: int = 0
+    # While a run is active: who holds the directory, and the completions not yet reconstructed
+    # (left out of what is read, since the run's own reconstruction is at work).
+    active_run: str | None = None
+    left_out: int = 0
+
+
+class RunDir:
+    """A run directory: its status, exports, report and draft vocabulary."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """The run in ``path`` (``StoreError`` if it holds none)."""
+        with open_existing(Path(path)):
+            pass
+        return cls(Path(path))
+
+    @property
+    def tokenizer(self) -> str | None:
+        """The tokenizer the run was made with, as it was given (a path, hub id or fixture)."""
+        with open_existing(self.path) as store:
+            return store.meta("tokenizer")
+
+    def status(self) -> dict:
+        """Counts by outcome and reason, exactness, endpoints, rejected rows, the active run."""
+        with open_existing(self.path) as store:
+            return store.counts()
+
+    def prepare(self) -> Snapshot:
+        """Reconstruct what an interrupted run left unreconstructed, unless a run is active."""
+        with open_existing(self.path) as store:
+            return self._prepare(store)
+
+    def export(
+        self, fmt: str, out: str | Path, include_unverified: bool = False
+    ) -> tuple[int, Snapshot]:
+        """Write ``fmt`` (specforge, specforge-text, parquet, hf) to ``out``: (rows, snapshot)."""
+        from draftgen.export import export
+
+        with open_existing(self.path) as store:
+            snapshot = self._prepare(store)
+            return export(store, fmt, Path(out), include_unverified), snapshot
+
+    def report(self, out_dir: str | Path | None = None) -> tuple[Path, Path]:
+        """Write ``report.json`` and ``report.html`` (into the run directory by default)."""
+        from draftgen.report import write_report
+
+        with open_existing(self.path) as store:
+            return write_report(store, Path(out_dir) if out_dir else None)
+
+    def vocab(
+        self,
+        size: int,
+        out: str | Path,
+        target_size: int | None = None,
+        include_unverified: bool = False,
+    ):
+        """SpecForge's draft vocabulary of ``size`` ids, written to ``out``: (mapping, paths,
+        the target vocabulary size used, snapshot). The target size defaults to the tokenizer's."""
+        from draftgen.vocab import build_from_store, target_vocab_size, write_mapping
+
+        with open_existing(self.path) as store:
+            snapshot = self._prepare(store)
+            target = target_size if target_size is not None else target_vocab_size(store)
+            mapping = build_from_store(store, size, target, include_unverified)
+        return mapping, write_mapping(mapping, Path(out)), target, snapshot
+
+    def _prepare(self, store: Store) -> Snapshot:
+        holder = RunLock.holder(self.path)
+        if holder is not None:
+            return Snapshot(active_run=holder, left_out=store.unreconstructed())
+        return Snapshot(reconstructed=reconstruct_pending(store))

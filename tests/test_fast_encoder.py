@@ -1,0 +1,364 @@
+"""The fast encoders give exactly the tokenizer's own ids and text, or they are not used."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from draftgen import fast_encoder
+from draftgen import tokenizer as tok
+from draftgen.fast_encoder import (
+    Candidate,
+    Codec,
+    TokenizersCodec,
+    kimi_pieces,
+    reference_decode,
+    reference_encode,
+)
+from draftgen.fixture_code.tokenization_kimi_fixture import _split_long_runs
+from draftgen.fixtures import FIXTURE_NAMES
+from draftgen.profiles import detect_profile
+from draftgen.reconstruct import (
+    EDGE_WHITESPACE,
+    CountFrom,
+    read_completion,
+    reconstruct_sample,
+    strips_are_invisible,
+)
+from draftgen.reconstruct_batch import reconstruct_batches
+from draftgen.records import Completion, Rendering, StoredCompletion
+from draftgen.tokenizer import load_tokenizer
+
+SAMPLE = [
+    "<|im_user|>user<|im_middle|>Why is the sky blue?<|im_end|><|im_assistant|>assistant"
+    "<|im_middle|><think>",
+    "Rayleigh scattering, mostly.\n</think>\n\nBecause short wavelengths scatter more.<|im_end|>",
+]
+
+
+def _codecs(name: str) -> dict[str, Codec]:
+    """Every candidate that proved identical for a fixture (fastokens loaded too)."""
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    choice = fast_encoder.prove(tokenizer, SAMPLE, upgrade=True)
+    found = {}
+    for candidate in fast_encoder.candidate_codecs(tokenizer):
+        codec, _ = choice._try(candidate)
+        if codec is not None:
+            found[codec.name] = codec
+    return found
+
+
+_CODECS: dict[str, dict[str, Codec]] = {}
+
+
+def codecs_of(name: str) -> dict[str, Codec]:
+    if name not in _CODECS:
+        _CODECS[name] = _codecs(name)
+    return _CODECS[name]
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_every_fixture_gets_fastokens_after_the_check(name):
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    choice = fast_encoder.prove(tokenizer, SAMPLE, upgrade=True)
+    assert choice.codec is not None and choice.codec.name.startswith("fastokens"), choice.lines
+    # Before fastokens, the candidate that costs nothing to build was proven and used.
+    first = "tiktoken (cut as Kimi's encode cuts)" if name.endswith("-remote") else "tokenizers"
+    assert first in choice.lines[0]
+    assert "fastokens" in choice.lines[-1]
+    assert set(codecs_of(name)) >= {choice.codec.name}
+
+
+def _spellings(name: str) -> list[str]:
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    return sorted(fast_encoder._special_spellings(tokenizer))[:300]
+
+
+PIECES = [
+    " ",
+    "  ",
+    "\n",
+    "\n\n",
+    "\t",
+    "\r\n",
+    " " * 40,
+    "\u00a0",
+    "\u3000",
+    "\u200b",
+    "你好",
+    "日本語",
+    "한국어",
+    "👩\u200d👩\u200d👧",
+    "🏳️\u200d🌈",
+    "👍🏽",
+    "e\u0301",
+    "\u00e9",
+    "A\u030a",
+    "\\ud83d",
+    "\\ude00",
+    '"\\u00e9"',
+    "'s",
+    "'LL",
+    "123456",
+    "3.14",
+    "</",
+    "<|",
+    "|>",
+    "<think",
+    "think>",
+]
+
+
+def text_strategy(name: str):
+    """Random text: any code point (not surrogates) mixed with pieces encoders trip on and the
+    fixture's special-token spellings."""
+    any_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+    pieces = st.sampled_from(PIECES + _spellings(name))
+    return st.lists(st.one_of(any_text, pieces), max_size=14).map("".join)
+
+
+DIFFERENTIAL = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fast_codecs_equal_the_reference_on_random_text(name):
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    codecs = codecs_of(name)
+    assert codecs
+
+    @DIFFERENTIAL
+    @given(texts=st.lists(text_strategy(name), min_size=1, max_size=4))
+    def check(texts):
+        expected = [reference_encode(tokenizer, text) for text in texts]
+        decoded = [reference_decode(tokenizer, ids) for ids in expected]
+        for codec in codecs.values():
+            assert codec.encode_batch(texts) == expected, codec.name
+            assert [codec.encode(text) for text in texts] == expected, codec.name
+            assert codec.decode_batch(expected) == decoded, codec.name
+            assert [codec.decode(ids) for ids in expected] == decoded, codec.name
+        # And what the rest of draftgen calls.
+        assert tok.encode_batch(tokenizer, texts) == expected
+        assert [tok.decode(tokenizer, ids) for ids in expected] == decoded
+
+    check()
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    text=st.lists(
+        st.sampled_from([" ", "\n", "\u00a0", "a", "é", "1", ".", "  ", "xyz"]), max_size=60
+    ).map("".join),
+    limit=st.integers(1, 6),
+)
+def test_kimi_pieces_cut_where_moonshots_walk_cuts(text, limit):
+    import draftgen.fast_encoder as fe
+
+    saved = (fe.MAX_RUN_CHARS, fe._LONG_RUN)
+    fe.MAX_RUN_CHARS = limit
+    fe._LONG_RUN = fe.re.compile(rf"(?<!\s)\s{{{limit + 1},}}|(?<!\S)\S{{{limit + 1},}}")
+    try:
+        assert list(kimi_pieces(text)) == list(_split_long_runs(text, limit))
+    finally:
+        fe.MAX_RUN_CHARS, fe._LONG_RUN = saved
+
+
+def test_kimi_pieces_at_full_size():
+    text = "a" * 60_001 + " " * 25_001 + "b"
+    assert list(kimi_pieces(text)) == list(_split_long_runs(text, 25_000))
+    assert "".join(kimi_pieces(text)) == text
+
+
+class ChangesThink(TokenizersCodec):
+    """A fast codec that is wrong only where a special token is spelled."""
+
+    name = "broken"
+
+    def encode_batch(self, texts):
+        return [
+            ids[:-1] if "<think>" in text else ids
+            for text, ids in zip(texts, super().encode_batch(texts), strict=True)
+        ]
+
+
+def test_a_codec_that_differs_is_not_used_and_the_run_says_so_once(monkeypatch, caplog):
+    tokenizer = load_tokenizer("fixture:qwen3")
+    fast_encoder.forget(tokenizer)
+    broken = Candidate("broken", lambda: ChangesThink(tokenizer._tokenizer))
+    monkeypatch.setattr(fast_encoder, "candidate_codecs", lambda t: [broken])
+    try:
+        with caplog.at_level(logging.INFO, logger="draftgen.encoder"):
+            ids = tok.encode_batch(tokenizer, ["plain text", "x <think> y"])
+            tok.encode_batch(tokenizer, ["again <think>"])
+        assert ids == [reference_encode(tokenizer, t) for t in ["plain text", "x <think> y"]]
+        assert fast_encoder.proven_codec(tokenizer) is None
+        lines = [r for r in caplog.records if r.name == "draftgen.encoder"]
+        assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+        message = lines[0].getMessage()
+        assert "broken differs from the tokenizer's own code" in message
+        assert "<think>" in message and message.endswith(
+            "this run encodes with the tokenizer's own code"
+        )
+    finally:
+        fast_encoder.forget(tokenizer)
+
+
+def test_the_reference_encoder_can_be_forced(monkeypatch):
+    monkeypatch.setenv(fast_encoder.ENCODER_ENV, "reference")
+    tokenizer = load_tokenizer("fixture:gpt-oss")
+    fast_encoder.forget(tokenizer)
+    try:
+        choice = fast_encoder.prove(tokenizer, SAMPLE, upgrade=True)
+        assert choice.codec is None
+        assert "no fast encoder" in choice.lines[0]
+    finally:
+        fast_encoder.forget(tokenizer)
+
+
+# -- counting a changed text from a known one ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["kimi-k2.5", "kimi-k2.5-remote", "qwen3", "gpt-oss"])
+def test_counts_from_a_known_text_equal_full_counts(name):
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    assert fast_encoder.splits_at_specials(tokenizer)
+    profile = detect_profile(tok.full_vocab(tokenizer))
+    prompt = SAMPLE[0] if name.startswith("kimi") else ""
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(
+        reasoning=st.text(max_size=40),
+        content=st.lists(st.sampled_from(PIECES + ["word", " x", "\n\n"]), max_size=8).map("".join),
+        finish=st.sampled_from(["stop", "length"]),
+    )
+    def check(reasoning, content, finish):
+        completion = Completion("g", "p", "m", reasoning, content, None, finish, finish, {})
+        known = read_completion(completion, prompt, profile).texts
+        counter = CountFrom(tokenizer, known)
+        for lead in EDGE_WHITESPACE:
+            for trail in EDGE_WHITESPACE:
+                changed = replace(completion, content=lead + content + trail)
+                for text in read_completion(changed, prompt, profile).texts:
+                    assert counter.count(text) == len(reference_encode(tokenizer, text))
+
+    check()
+
+
+def test_strips_are_invisible_in_one_batch_as_one_at_a_time():
+    from draftgen.reconstruct import strip_is_invisible
+
+    tokenizer = load_tokenizer("fixture:kimi-k2.5")
+    contents = ["```\n$ ls -la\n```", "Hello there.", "", " spaced ", "a\n\nb"]
+    assert strips_are_invisible(contents, tokenizer) == [
+        strip_is_invisible(c, tokenizer) for c in contents
+    ]
+
+
+# -- a run whose samples all fail costs at most twice one whose samples all verify -----------------
+
+
+class CountingCodec(Codec):
+    def __init__(self, inner: Codec) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.chars = 0
+
+    def encode_batch(self, texts):
+        self.chars += sum(map(len, texts))
+        return self.inner.encode_batch(texts)
+
+    def encode(self, text):
+        self.chars += len(text)
+        return self.inner.encode(text)
+
+    def decode_batch(self, batch):
+        return self.inner.decode_batch(batch)
+
+    def decode(self, ids):
+        return self.inner.decode(ids)
+
+
+def _stored(tokenizer, profile, count: int, off_by: int) -> list[StoredCompletion]:
+    import random
+
+    from draftgen.simulator.textpool import compose
+
+    rng = random.Random(5)
+    counted = lambda text: len(reference_encode(tokenizer, text))  # noqa: E731
+    answers = []
+    for _ in range(8):
+        reasoning = compose(rng, 900, counted)
+        content = compose(rng, 100, counted)
+        answers.append((reasoning, content))
+    messages = [{"role": "user", "content": "Tell me."}]
+    prompt = SAMPLE[0]
+    out = []
+    for index in range(count):
+        reasoning, content = answers[index % len(answers)]
+        reasoning = f"Request {index}. " + reasoning
+        generated = reasoning + profile.think_end + content + profile.end_of_turn
+        usage = {
+            "prompt_tokens": counted(prompt),
+            "completion_tokens": counted(generated) + off_by,
+        }
+        completion = Completion("g", "p", "m", reasoning, content, None, "stop", "stop", usage)
+        rendering = Rendering(prompt, {"thinking": True}, "2026-12-01T00:00:00+00:00")
+        out.append(
+            StoredCompletion(f"k{index}", f"s{index}", 0, messages, None, completion, rendering)
+        )
+    return out
+
+
+def test_every_sample_failing_costs_at_most_twice_every_sample_verifying():
+    """Measured in one run: characters encoded (exact) and CPU time (a ratio, with room)."""
+    tokenizer = load_tokenizer("fixture:kimi-k2.5-remote")
+    profile = detect_profile(tok.full_vocab(tokenizer))
+    # fastokens loaded now: no upgrade may swap the codec while the work is counted.
+    choice = fast_encoder.prove(tokenizer, SAMPLE, upgrade=True)
+    verifying = _stored(tokenizer, profile, 120, 0)
+    failing = _stored(tokenizer, profile, 120, 7)
+    figures = {}
+    for label, stored in (("verify", verifying), ("fail", failing), ("verify again", verifying)):
+        counting = CountingCodec(choice.codec)
+        original, choice.codec = choice.codec, counting
+        try:
+            started = time.process_time()
+            samples = [
+                s
+                for batch in reconstruct_batches(
+                    (stored[i : i + 40] for i in range(0, len(stored), 40)), tokenizer, profile
+                )
+                for s in batch
+            ]
+            figures[label] = (counting.chars, time.process_time() - started)
+        finally:
+            choice.codec = original
+        assert {s.verified for s in samples} == {label != "fail"}
+        if label == "fail":
+            assert {s.reason for s in samples} == {"completion_count_mismatch"}
+            # Batched repairs give what one sample at a time gives.
+            assert samples[:5] == [reconstruct_sample(s, tokenizer, profile) for s in stored[:5]]
+    chars = figures["fail"][0] / figures["verify"][0]
+    cpu = figures["fail"][1] / min(figures["verify"][1], figures["verify again"][1])
+    print(f"failing / verifying: {chars:.2f}x the characters encoded, {cpu:.2f}x the CPU time")
+    assert chars <= 2.0, figures
+    assert cpu <= 2.5, figures
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    words=st.sets(st.text("<|>ab", min_size=1, max_size=5), min_size=1, max_size=8),
+    text=st.text("<|>ab x", max_size=40),
+)
+def test_the_trie_pattern_matches_as_the_longest_first_alternation(words, text):
+    import re
+
+    alternation = re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))))
+    trie = re.compile(fast_encoder.trie_pattern(words))
+    assert [m.span() for m in trie.finditer(text)] == [m.span() for m in alternation.finditer(text)]
