@@ -27,8 +27,9 @@ def batch_sim(tmp: Path, *, faults=(), seconds=0.6, visible_after=0.5, extra=())
 
 
 def batch_args(sim: SimProcess, inputs: list[Path], out: Path, *extra: str) -> list[str]:
-    return run_args(sim, inputs, out, TOKENIZER, "--batch", "--batch-poll", "0.2",
-                    "--batch-grace", "3", *extra)
+    return run_args(
+        sim, inputs, out, TOKENIZER, "--batch", "--batch-poll", "0.2", "--batch-grace", "3", *extra
+    )
 
 
 def read_log(sim: SimProcess) -> list[dict]:

@@ -878,7 +878,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from draftgen.config import CONFIG_NAME, write_example
 
-    path = write_example(Path(CONFIG_NAME), force=args.force)
+    path = write_example(Path(CONFIG_NAME), _subcommand("run"), force=args.force)
     print(f"wrote {path}; edit it, then: draftgen estimate, draftgen run")
     return 0
 

@@ -509,13 +509,12 @@ def example_text(run_parser: argparse.ArgumentParser) -> str:
     return EXAMPLE.replace("{extra}", "\n".join(extra) + ("\n" if extra else ""))
 
 
-def write_example(path: Path, force: bool = False) -> Path:
-    """Write the example config at ``path``; refuse to replace a file unless ``force``."""
-    from draftgen.cli import _subcommand
-
+def write_example(path: Path, run_parser: argparse.ArgumentParser, force: bool = False) -> Path:
+    """Write the example config for ``run_parser``'s keys at ``path``; refuse to replace a file
+    unless ``force``."""
     if path.exists() and not force:
         raise ConfigError(f"{path} already exists; edit it, or pass --force to replace it")
-    path.write_text(example_text(_subcommand("run")), encoding="utf-8")
+    path.write_text(example_text(run_parser), encoding="utf-8")
     return path
 
 

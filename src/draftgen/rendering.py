@@ -28,10 +28,7 @@ from draftgen.profiles import (
     get_profile,
 )
 from draftgen.records import GenerationSettings, Rendering
-
-# Where a model repository keeps a Python chat encoder instead of a Jinja template
-# (DeepSeek-V3.2: encoding/encoding_dsv32.py; DeepSeek-V4: encoding/encoding_dsv4.py).
-ENCODER_GLOB = "encoding/encoding_*.py"
+from draftgen.tokenizer import encoder_path, tokenizer_encodes_chat
 
 
 class RenderError(DraftgenError, RuntimeError):
@@ -222,14 +219,6 @@ def ids_of(result: Any) -> list[int]:
     return [int(i) for i in result]
 
 
-def tokenizer_encodes_chat(tokenizer: Any) -> bool:
-    """Whether the tokenizer's class brings its own ``apply_chat_template`` (Kimi's do)."""
-    from transformers import PreTrainedTokenizerBase
-
-    own = getattr(type(tokenizer), "apply_chat_template", None)
-    return own is not None and own is not PreTrainedTokenizerBase.apply_chat_template
-
-
 # -- Python chat encoders shipped with a model ----------------------------------------------------
 
 
@@ -283,12 +272,6 @@ class PythonChatEncoder:
         if not isinstance(text, str):
             raise RenderError(f"{self.path.name} returned {type(text).__name__}, not text")
         return text
-
-
-def encoder_path(directory: str | Path) -> Path | None:
-    """The Python chat encoder a model directory ships, if any (the first by name)."""
-    found = sorted(Path(directory).glob(ENCODER_GLOB))
-    return found[0] if found else None
 
 
 def resolve_profile(tokenizer: Any, name: str | None = None) -> ModelProfile:

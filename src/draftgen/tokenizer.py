@@ -83,10 +83,29 @@ def _is_removed_bytes_to_unicode(exc: BaseException) -> bool:
     return False
 
 
+# Where a model repository keeps a Python chat encoder instead of a Jinja template
+# (DeepSeek-V3.2: encoding/encoding_dsv32.py; DeepSeek-V4: encoding/encoding_dsv4.py).
+ENCODER_GLOB = "encoding/encoding_*.py"
+
+
+def encoder_path(directory: str | os.PathLike) -> Any:
+    """The Python chat encoder a model directory ships, if any (the first by name)."""
+    from pathlib import Path
+
+    found = sorted(Path(directory).glob(ENCODER_GLOB))
+    return found[0] if found else None
+
+
+def tokenizer_encodes_chat(tokenizer: Any) -> bool:
+    """Whether the tokenizer's class brings its own ``apply_chat_template`` (Kimi's do)."""
+    from transformers import PreTrainedTokenizerBase
+
+    own = getattr(type(tokenizer), "apply_chat_template", None)
+    return own is not None and own is not PreTrainedTokenizerBase.apply_chat_template
+
+
 def _has_own_chat_encoding(tokenizer: Any) -> bool:
     """A Python chat encoder in the directory, or a class that encodes chat itself."""
-    from draftgen.rendering import encoder_path, tokenizer_encodes_chat
-
     directory = getattr(tokenizer, "name_or_path", "") or ""
     if directory and os.path.isdir(directory) and encoder_path(directory) is not None:
         return True

@@ -527,7 +527,8 @@ class BatchSimulator:
 
     def _produce(self, batch: SimBatch, row: BatchRow) -> None:
         """Finish one row: an error, or a completion by the live model billed at batch price."""
-        from draftgen.simulator.server import RequestProblem, _rng
+        from draftgen.simulator.exchange import RequestProblem
+        from draftgen.simulator.exchange import seeded_rng as _rng
 
         request_id = f"req_{self.sim_rng('request', batch.id, row.custom_id).getrandbits(64):016x}"
         row_id = f"batch_req_{self.sim_rng('row', batch.id, row.custom_id).getrandbits(64):016x}"
@@ -867,7 +868,7 @@ class BatchSimulator:
     # -- faults, randomness, the log -----------------------------------------------------------
 
     def sim_rng(self, *parts: object):
-        from draftgen.simulator.server import _rng
+        from draftgen.simulator.exchange import seeded_rng as _rng
 
         return _rng(self.config.seed, "batch", *parts)
 

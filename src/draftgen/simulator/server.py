@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -33,6 +33,13 @@ from draftgen.simulator.config import (
     SimConfig,
     format_retry_after,
 )
+from draftgen.simulator.exchange import (
+    ChatRequest,
+    RenderedPrompt,
+    RequestProblem,
+)
+from draftgen.simulator.exchange import close_connection as _close
+from draftgen.simulator.exchange import seeded_rng as _rng
 from draftgen.simulator.model import (
     DISABLED,
     ModelOutput,
@@ -48,38 +55,6 @@ from draftgen.tokenizer import load_tokenizer
 API_PREFIX = "/api/v1"
 SIMULATOR_KEY_LABEL = "draftgen simulator (synthetic data)"
 PROMPT_CACHE_SIZE = 2048
-
-
-class RequestProblem(ValueError):
-    """A chat request body the provider refuses (HTTP 400); the message says why."""
-
-
-@dataclass
-class RenderedPrompt:
-    text: str
-    ids: list[int]
-    sha256: str
-    layout: str
-
-
-@dataclass
-class ChatRequest:
-    model: str
-    prompt: RenderedPrompt
-    stream: bool
-    max_tokens: int | None
-    exclude_reasoning: bool
-    provider_prefs: dict
-    attempt: int
-    number: int  # 1-based count of valid chat requests, for fatal_after
-    quirks: set[str] = field(default_factory=set)  # drawn for this attempt
-    provider: str = ""
-    tool_call: dict | None = None  # the call the model makes ({"id", "name", "arguments"})
-    # Ids the client asked for (vLLM return_token_ids; SGLang return_prompt_token_ids and
-    # return_meta_info); honoured only by the dialect that knows the flag.
-    want_prompt_ids: bool = False
-    want_completion_ids: bool = False
-    want_logprobs: bool = False
 
 
 @dataclass
@@ -98,11 +73,6 @@ def _profile(tokenizer_spec: str, name: str | None) -> ModelProfile:
     if name:
         return get_profile(name)
     return resolve_profile(load_tokenizer(tokenizer_spec))
-
-
-def _rng(*parts: object) -> random.Random:
-    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "big"))
 
 
 # Share of answers with whitespace at their edges, as models write them.
@@ -929,13 +899,6 @@ def _sampling_problem(body: dict) -> str | None:
     if "provider" in body and (problem := provider_problem(body["provider"])):
         return problem
     return None
-
-
-def _close(request: web.Request) -> None:
-    """Cut the connection without finishing the body (buffered bytes are flushed first)."""
-    transport = request.transport
-    if transport is not None:
-        transport.close()
 
 
 def wire_price(value: float) -> str:

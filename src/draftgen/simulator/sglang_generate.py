@@ -18,11 +18,14 @@ from aiohttp import web
 
 from draftgen.simulator import wire
 from draftgen.simulator.config import DELIVERING_FAULTS
+from draftgen.simulator.exchange import ChatRequest, RenderedPrompt
+from draftgen.simulator.exchange import close_connection as _close
+from draftgen.simulator.exchange import seeded_rng as _rng
 from draftgen.simulator.model import ModelOutput, prompt_layout
 from draftgen.tokenizer import decode, encode
 
 if TYPE_CHECKING:
-    from draftgen.simulator.server import ChatRequest, RenderedPrompt, Simulator
+    from draftgen.simulator.server import Simulator
 
 # What a server without a provider's parser can still show: the model's own doing.
 MODEL_QUIRKS = frozenset({"drift", "empty_reasoning", "tool_call_text"})
@@ -38,7 +41,6 @@ class GenerateRoute:
         self.sim = sim
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        from draftgen.simulator.server import ChatRequest
 
         sim = self.sim
         sim.stats["requests"] += 1
@@ -83,7 +85,6 @@ class GenerateRoute:
 
     def _parse(self, body: object) -> tuple[RenderedPrompt, int | None, bool] | str:
         """(prompt, max_new_tokens, skip_special_tokens), or what is wrong with the body."""
-        from draftgen.simulator.server import RenderedPrompt
 
         sim = self.sim
         if not isinstance(body, dict):
@@ -176,7 +177,6 @@ class GenerateRoute:
         self, request: web.Request, req: ChatRequest, fault: str | None, rid: str, skip: bool
     ) -> web.StreamResponse:
         sim = self.sim
-        from draftgen.simulator.server import _close, _rng
 
         rng = _rng(sim.config.seed, req.prompt.sha256, req.attempt, "wire")
         if fault == "error_200":
@@ -248,7 +248,6 @@ class GenerateRoute:
     async def _stream(
         self, request: web.Request, req: ChatRequest, fault: str | None, rid: str, skip: bool
     ) -> web.StreamResponse:
-        from draftgen.simulator.server import _close, _rng
 
         sim = self.sim
         rng = _rng(sim.config.seed, req.prompt.sha256, req.attempt, "wire")

@@ -1,0 +1,140 @@
+"""The package's imports: no cycles, and each layer imports only what it may (docs/architecture.md).
+
+Imports inside functions count too: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "draftgen"
+
+# module prefix -> module prefixes it must never import.
+FORBIDDEN = {
+    "draftgen.backends": ("draftgen.profiles", "draftgen.store", "draftgen.pipeline"),
+    "draftgen.profiles": ("draftgen.backends", "draftgen.pipeline", "draftgen.store"),
+    "draftgen.store": ("draftgen.backends", "draftgen.profiles", "draftgen.pipeline"),
+    "draftgen.records": ("draftgen.",),
+    "draftgen.errors": ("draftgen.",),
+    "draftgen.rendering": ("draftgen.backends", "draftgen.pipeline", "draftgen.store"),
+    "draftgen.reconstruct": ("draftgen.backends", "draftgen.pipeline", "draftgen.client"),
+    "draftgen.verify": ("draftgen.backends", "draftgen.pipeline", "draftgen.client"),
+}
+# Modules that are not the library: nothing in the library may import them.
+OUTSIDE_THE_LIBRARY = ("draftgen.cli", "draftgen.clidoc")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(module, names imported from it) of every draftgen import; names empty for ``import x``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    # Imports for type checkers only are no dependency at run time.
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return [(base, names) for base, names in found if base.startswith("draftgen")]
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {
+        module_name(path): path
+        for path in PACKAGE.rglob("*.py")
+        if "fixture_code" not in path.parts  # files shipped into fixtures, not imported
+    }
+    edges = {}
+    for name, path in modules.items():
+        targets = set()
+        for base, names in imports_of(path):
+            # "from draftgen.x import y" depends on the module x.y if there is one, else on x.
+            submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+            targets.update(submodules)
+            if len(submodules) < len(names) or not names:
+                targets.add(base)
+        edges[name] = {t for t in targets if t in modules and t != name}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def is_package_init(name: str) -> bool:
+    return (PACKAGE.parent / Path(*name.split(".")) / "__init__.py").exists()
+
+
+def test_no_import_cycles():
+    edges = graph()
+    # A package's __init__ re-exporting its own modules is not a cycle of design.
+    for name in edges:
+        if is_package_init(name):
+            edges[name] = {t for t in edges[name] if not t.startswith(name + ".")}
+    assert cycles(edges) == []
+
+
+def test_layers_import_only_what_they_may():
+    problems = []
+    for name, targets in graph().items():
+        for prefix, forbidden in FORBIDDEN.items():
+            if name == prefix or name.startswith(prefix + "."):
+                problems += [
+                    f"{name} imports {t}"
+                    for t in targets
+                    if any(t == f or t.startswith(f) for f in forbidden)
+                ]
+        if name not in OUTSIDE_THE_LIBRARY:
+            problems += [f"{name} imports {t}" for t in targets if t in OUTSIDE_THE_LIBRARY]
+    assert problems == []
