@@ -66,14 +66,14 @@ def read_prompts(path: Path):
 
 def prompt_token_counts(path: Path, count: int, spec: str | None = None) -> array:
     """The rendered-prompt length of every prompt, so the server's usage.prompt_tokens is right."""
-    from draftgen.rendering import render_prompt
     from draftgen.tokenizer import encode_batch, load_tokenizer
 
     tokenizer = load_tokenizer(spec or TOKENIZER)
+    render = prompt_renderer(tokenizer)
     counts = array("i")
     batch: list[str] = []
     for row in read_prompts(path):
-        batch.append(render_prompt(tokenizer, row["messages"], None))
+        batch.append(render(row["messages"]))
         if len(batch) >= 4096:
             counts.extend(len(ids) for ids in encode_batch(tokenizer, batch))
             batch = []
@@ -81,6 +81,15 @@ def prompt_token_counts(path: Path, count: int, spec: str | None = None) -> arra
         counts.extend(len(ids) for ids in encode_batch(tokenizer, batch))
     assert len(counts) == count, (len(counts), count)
     return counts
+
+
+def prompt_renderer(tokenizer):
+    """messages -> the prompt text a server renders (one renderer, the profile detected once)."""
+    from draftgen.rendering import ChatRenderer, resolve_profile, utc_now
+
+    renderer = ChatRenderer(tokenizer, resolve_profile(tokenizer))
+    now = utc_now()
+    return lambda messages: renderer.text(messages, None, {}, now)
 
 
 def canned_answers(target_tokens: int, seed: int = 1, spec: str | None = None) -> list[dict]:

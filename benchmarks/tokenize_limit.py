@@ -15,7 +15,7 @@ import argparse
 import sys
 
 import orjson
-from common import TOKENIZER, personalise, read_prompts
+from common import TOKENIZER, personalise, prompt_renderer, read_prompts
 
 
 def main() -> None:
@@ -25,7 +25,6 @@ def main() -> None:
     parser.add_argument("--encoder", choices=("fast", "reference", "tokenizers"), default="fast")
     args = parser.parse_args()
     from draftgen import fast_encoder
-    from draftgen.rendering import render_prompt
     from draftgen.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER)
@@ -37,13 +36,14 @@ def main() -> None:
         codec = fast_encoder.TokenizersCodec(tokenizer._tokenizer)
     else:
         codec = fast_encoder.ReferenceCodec(tokenizer)
+    render = prompt_renderer(tokenizer)
     with open(args.answers, "rb") as handle:
         answers = orjson.loads(handle.read())
     texts = [a["reasoning"] + "</think>" + a["content"] + "<|im_end|>" for a in answers]
     batch: list[str] = []
     encoded = 0
     for index, row in enumerate(read_prompts(args.input)):
-        batch.append(render_prompt(tokenizer, row["messages"], None))
+        batch.append(render(row["messages"]))
         batch.append(personalise(texts[index % len(texts)], index))
         if len(batch) >= 512:
             encoded += sum(map(len, codec.encode_batch(batch)))

@@ -72,17 +72,53 @@ class SimProcess:
         self.log.close()
 
 
+# Commands that only read and write a run directory run in the test's own process (the CLI's
+# ``main``, its exit code and both outputs captured): a process of their own would prove nothing
+# more and costs a Python start, imports and a tokenizer load (~2-3 s) each time. ``run``,
+# ``simulate`` and anything whose signals or process matter keep their subprocess.
+IN_PROCESS = frozenset({"status", "export", "merge", "vocab"})
+
+
 def draftgen(
-    *args: str, env_extra: dict | None = None, timeout: float = 300
+    *args: str,
+    env_extra: dict | None = None,
+    timeout: float = 300,
+    subprocess_only: bool = False,
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET, **(env_extra or {})}
+    extra = {"DRAFTGEN_TEST_KEY": SECRET, **(env_extra or {})}
+    if args and args[0] in IN_PROCESS and not subprocess_only:
+        return _draftgen_in_process(list(args), extra)
     return subprocess.run(
         [sys.executable, "-m", "draftgen.cli", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, **extra},
         timeout=timeout,
     )
+
+
+def _draftgen_in_process(args: list[str], extra: dict) -> subprocess.CompletedProcess:
+    import contextlib
+    import io
+
+    from draftgen import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {name: os.environ.get(name) for name in extra}
+    os.environ.update(extra)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(args)
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(["draftgen", *args], code, out.getvalue(), err.getvalue())
 
 
 def export_all(out: Path, path: Path) -> Path:
@@ -172,6 +208,15 @@ def write_prompts(path: Path, count: int, *, invalid: bool = True, seed: int = 0
 @pytest.fixture
 def secret() -> str:
     return SECRET
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Benchmarks and soaks are long tests: ``-m long`` selects them, a plain run leaves them out
+    (pyproject's ``-m "not long"``); this runs before the selection by marker."""
+    for item in items:
+        if item.get_closest_marker("bench") or item.get_closest_marker("soak"):
+            item.add_marker(pytest.mark.long)
 
 
 def pytest_addoption(parser):

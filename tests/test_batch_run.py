@@ -4,6 +4,7 @@ half the price, rounds for multi-turn rows, failed batches, detach, status, canc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -25,6 +26,8 @@ from batch_runs import (
 from conftest import SECRET, SimProcess, check_against_truth, draftgen, export_all, run_args
 
 from draftgen import cli
+from draftgen.estimate import EstimateOptions, estimate, format_estimate
+from draftgen.simulator import SimConfig, start_simulator
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "prompts.jsonl"
 
@@ -79,6 +82,10 @@ def test_examples_through_batch_export_exactly_what_a_live_run_exports_at_half_t
             assert [t for t, _ in turns] == sorted(t for t, _ in turns)
             assert all(a[1] < b[1] for a, b in zip(turns, turns[1:], strict=False))
         check_never_twice(read_log(sim))
+        assert SECRET not in result.stdout + result.stderr
+        for path in batch_out.rglob("*"):
+            if path.is_file():
+                assert SECRET.encode() not in path.read_bytes(), path
     finally:
         live_sim.stop()
         sim.stop()
@@ -149,9 +156,17 @@ def test_detach_submits_and_exits_status_shows_the_batch_and_the_same_command_co
         assert f"batches:  1 in flight ({match.group(1)} rows)" in status.stdout
         (batch_id,) = [e["batch_id"] for e in read_log(sim) if e["event"] == "create"]
         assert re.search(rf"{batch_id}: \w+, {match.group(1)} rows", status.stdout)
-        again = draftgen(*args)  # still running: nothing new is sent
+        again = draftgen(*args)
         assert again.returncode == 0, again.stderr
-        assert len([e for e in read_log(sim) if e["event"] == "create"]) == 1
+        events = read_log(sim)
+        creates = [e for e in events if e["event"] == "create"]
+        ends = {e["batch_id"]: e for e in events if e["event"] == "end"}
+        stored = store_rows(out, "SELECT count(*) FROM completions")[0][0]
+        if len(creates) == 1:  # still running when it looked: nothing new is sent
+            assert stored == 0 and batch_id not in ends
+        else:  # it had ended: its rows are stored, and only the next round was sent
+            assert len(creates) == 2 and ends[batch_id]["at"] < creates[1]["at"]
+            assert stored == len(ends[batch_id]["delivered"])
         result = draftgen(*batch_args(sim, [EXAMPLES], out))
         assert result.returncode == 0, result.stderr
         export_all(out, tmp_path / "all.jsonl")
@@ -247,14 +262,21 @@ def test_max_cost_counts_batches_at_their_worst_case_before_sending(tmp_path):
         result = draftgen(*args)
         assert result.returncode == 3, result.stderr
         assert f"reached --max-cost ${limit:.4f}" in result.stderr
-        worst = store_rows(out, "SELECT sum(worst_cost), count(*) FROM batch_intents")[0]
-        assert 0 < worst[0] <= limit and worst[1] >= 1
+        # Each batch went out only if what was spent, the worst case of the batches still
+        # running and its own worst case fitted; so what was billed fits too.
+        intents = store_rows(out, "SELECT worst_cost FROM batch_intents ORDER BY created_at")
+        assert intents and 0 < intents[0][0] <= limit
         billed = sum(e["cost"] for e in read_log(sim) if e["event"] == "end")
-        assert billed <= limit
+        assert 0 < billed <= limit
+        assert cost(out) == pytest.approx(billed)
+        assert store_rows(out, "SELECT count(*) FROM completions")[0][0] < 25
         more = batch_args(sim, [EXAMPLES], out, "--max-tokens", "100", "--max-cost", "1")
         result = draftgen(*more)
         assert result.returncode == 0, result.stderr
-        assert store_rows(out, "SELECT count(*) FROM completions")[0][0] == 25
+        stored = store_rows(out, "SELECT count(*) FROM completions")[0][0]
+        failed = dict(store_rows(out, "SELECT reason, count(*) FROM failures GROUP BY 1"))
+        # 100 tokens cut some first turns short: their later turns are not built on them.
+        assert stored + sum(failed.values()) == 25 and set(failed) <= {"earlier_turn_incomplete"}
         check_never_twice(read_log(sim))
     finally:
         sim.stop()
@@ -347,3 +369,27 @@ def test_batch_mode_refuses_what_it_cannot_do(tmp_path, capsys):
     ]
     assert cli.main([*base, "--backend", "vllm"]) == cli.EXIT_ERROR
     assert "--backend vllm servers have none" in capsys.readouterr().err
+
+
+def test_the_estimate_says_when_a_model_has_no_batch_endpoint():
+    async def main():
+        server = await start_simulator(SimConfig(tokenizer=TOKENIZER, batch_models=()))
+        try:
+            options = EstimateOptions(
+                inputs=[str(EXAMPLES)],
+                model="moonshotai/kimi-k2.5",
+                tokenizer=TOKENIZER,
+                base_url=server.base_url,
+                max_tokens=100,
+            )
+            return await estimate(options), server.base_url
+        finally:
+            await server.close()
+
+    result, url = asyncio.run(main())
+    assert result.price_in == pytest.approx(0.6e-6) and result.batch_price_in is None
+    assert (
+        f"no batch price: moonshotai/kimi-k2.5:batch is not in the listing at {url}/models: no "
+        "listed prices (the model may have no batch endpoint)"
+    ) in result.notes
+    assert "cost with --batch" not in format_estimate(result)

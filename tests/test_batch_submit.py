@@ -265,3 +265,29 @@ def test_row_errors_are_retryable_and_carry_the_live_error_shape(tmp_path):
         (error,) = errors[row.key]
         assert error["kind"] == "server_error" and error["message"] == "Upstream provider error"
         assert error["endpoint"] == target.url
+
+
+@pytest.mark.parametrize("dialect", ["openrouter", "openai-files"])
+def test_a_cancelled_batch_frees_its_rows_and_returns_the_finished_ones_where_the_api_does(
+    tmp_path, dialect
+):
+    async def scenario(server, target, ledger, store):
+        intent = await submit(target, ledger, planned(10, dialect), None)
+        await asyncio.sleep(1.0)  # visible, about 4 of 10 rows finished
+        asked = await target.dialect.cancel(target.http, intent.batch_id)
+        final = await until_final(target, intent.batch_id)
+        report = await ingest(target, ledger, ledger.intent(intent.nonce), final)
+        late = await target.dialect.cancel(target.http, intent.batch_id)
+        billed = len(server.truth)
+        return asked, final, report, late, billed, ledger.live_keys()
+
+    config = cfg(batch_seconds=2.0, batch_cancel_seconds=0.1)
+    asked, final, report, late, billed, live = scenario_run(tmp_path, config, scenario, dialect)
+    status, info, _ = asked
+    assert status == 200 and info.status == "cancelling"
+    assert final.status == "cancelled" and 0 < billed < 10  # finished rows are charged
+    # OpenRouter returns no rows of a cancelled batch; OpenAI returns the finished ones.
+    assert report.stored == (0 if dialect == "openrouter" else billed)
+    assert len(report.unanswered) == 10 - report.stored
+    assert {r.outcome for r in report.unanswered} == {"cancelled"}
+    assert late[0] == 409 and live == set()

@@ -14,6 +14,7 @@ from draftgen.config import load_config
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RECIPE = DOCS / "recipes" / "kimi-k2.5-openrouter.md"
+K3_RECIPE = DOCS / "recipes" / "kimi-k3-openrouter.md"
 SHELL_OPERATORS = ("|", "&", ";", ">", "<", "2>", "&>")
 
 
@@ -81,3 +82,29 @@ def test_recipe_config_is_accepted_by_the_loader(tmp_path):
     assert [d.name for d in values["datasets"]] == ["chat", "code", "tools", "math"]
     assert values["provider"]["enforce_distillable_text"] is True
     assert values["estimate.pilot"] == 50
+
+
+def test_k3_recipe_commands_parse_and_its_config_loads(tmp_path):
+    text = K3_RECIPE.read_text(encoding="utf-8")
+    parser = cli.build_parser()
+    seen = []
+    for argv in recipe_commands(text):
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"the K3 recipe's `draftgen {' '.join(argv)}` does not parse")
+        seen.append((args.command, argv))
+    order = ["run", "status", "estimate", "report", "export", "vocab"]
+    assert [c for c in dict.fromkeys(c for c, _ in seen) if c in order] == order
+    dry_run = next(argv for command, argv in seen if command == "run")
+    assert dry_run[dry_run.index("--tokenizer") + 1] == "fixture:kimi-k3"
+    server = [argv for command, argv in seen if command == "run" and "--backend" in argv]
+    assert server and server[0][server[0].index("--backend") + 1] == "vllm"
+    (toml,) = re.findall(r"```toml\n(.*?)```", text, re.S)
+    path = tmp_path / "draftgen.toml"
+    path.write_text(toml, encoding="utf-8")
+    values = load_config(path, cli._subcommand("run"), {"estimate": cli._subcommand("estimate")})
+    assert values["model"] == "moonshotai/kimi-k3" and values["tokenizer"] == "moonshotai/Kimi-K3"
+    assert values["reasoning_effort"] == "high" and values["max_tokens"] == 65536
+    assert [d.name for d in values["datasets"]] == ["chat", "code", "tools"]
+    assert values["provider"]["require_parameters"] is True

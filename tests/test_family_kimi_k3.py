@@ -126,7 +126,10 @@ def test_default_prompt_thinks_with_effort_max(tokenizer, renderer):
 
 def test_thinking_off_has_no_effort_message_and_opens_the_response(tokenizer, renderer):
     rendering = renderer.render(USER, None, {"thinking": False})
-    pieces = [*message([("role", "user")], "What is the capital of France?"), *GENERATION_NO_THINKING]
+    pieces = [
+        *message([("role", "user")], "What is the capital of France?"),
+        *GENERATION_NO_THINKING,
+    ]
     assert rendering.text == "".join(pieces)
     assert rendering.ids == ids_of(tokenizer, pieces)
     assert prompt_mode(rendering.text, KIMI_K3) == "closed"
@@ -484,17 +487,23 @@ def test_typed_argument_values_are_rebuilt_but_their_spelling_is_unproven(tokeni
     # Scalars read one way only: proven.
     call["function"]["arguments"] = '{"city": "Paris", "days": 3, "hourly": false}'
     truth = ids_of(tokenizer, generated(REASONING, "", calls_pieces(*typed)))
-    stored, prompt_ids = stored_case(tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls")
+    stored, prompt_ids = stored_case(
+        tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls"
+    )
     check(tokenizer, stored, prompt_ids, truth)
     # The provider's JSON does not show how the model spelled [9, 12]: right ids, not proven.
     call["function"]["arguments"] = '{"city":"Paris","days":3,"hourly":false,"at":[9,12]}'
     spaced = calls_pieces(*typed, argument_pieces("at", "array", "[9, 12]"))
     truth = ids_of(tokenizer, generated(REASONING, "", spaced))
-    stored, prompt_ids = stored_case(tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls")
+    stored, prompt_ids = stored_case(
+        tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls"
+    )
     check(tokenizer, stored, prompt_ids, truth, reason="tool_arguments_reserialised")
     compact = calls_pieces(*typed, argument_pieces("at", "array", "[9,12]"))
     truth = ids_of(tokenizer, generated(REASONING, "", compact))
-    stored, prompt_ids = stored_case(tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls")
+    stored, prompt_ids = stored_case(
+        tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls"
+    )
     check(tokenizer, stored, prompt_ids, truth, reason="tool_arguments_reserialised")
 
 
@@ -503,7 +512,9 @@ def test_a_renamed_call_id_does_not_matter(tokenizer, renderer):
     renamed = {**CALL, "id": "call_5f2a9c"}
     truth = ids_of(tokenizer, generated(REASONING, "", CALL_PIECES))
     fields = (REASONING, "", [renamed])
-    stored, prompt_ids = stored_case(tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls")
+    stored, prompt_ids = stored_case(
+        tokenizer, renderer, USER, TOOLS, {}, truth, fields, "tool_calls"
+    )
     check(tokenizer, stored, prompt_ids, truth)
 
 
@@ -603,7 +614,9 @@ def test_reasoning_in_a_non_thinking_prompt_is_flagged(tokenizer, renderer):
 def test_drift_is_caught_on_the_text_path_and_harmless_with_server_ids(tokenizer, renderer):
     truth = ids_of(tokenizer, generated(REASONING, ANSWER))
     index = next(i for i, t in enumerate(truth) if decode(tokenizer, [t]) == " Paris")
-    drifted = truth[:index] + encode(tokenizer, " Par") + encode(tokenizer, "is") + truth[index + 1 :]
+    drifted = (
+        truth[:index] + encode(tokenizer, " Par") + encode(tokenizer, "is") + truth[index + 1 :]
+    )
     stored, prompt_ids = stored_case(
         tokenizer, renderer, USER, None, {}, drifted, (REASONING, ANSWER, None)
     )
@@ -686,7 +699,9 @@ def test_the_simulated_model_writes_k3_s_layout_segment_by_segment(tokenizer, re
         check(tokenizer, stored, prompt_ids, output.ids)
 
 
-def simulated_run(tmp_path, monkeypatch, backend: str, faults: dict, quirks: dict, thinking=True):
+def simulated_run(
+    tmp_path, monkeypatch, backend: str, faults: dict, quirks: dict, thinking=True, logprobs=False
+):
     """(ground truth by generation id, exported rows, text_check by key) of a 24-row run (8 of
     them with a second turn after a regenerated first)."""
     from draftgen.pipeline import RunOptions, run
@@ -716,6 +731,7 @@ def simulated_run(tmp_path, monkeypatch, backend: str, faults: dict, quirks: dic
         quirks=quirks,
     )
     monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+    off = {"thinking": False}
     with SimulatorThread(config) as sim:
         options = RunOptions(
             inputs=[str(tmp_path / "rows.jsonl")],
@@ -730,8 +746,9 @@ def simulated_run(tmp_path, monkeypatch, backend: str, faults: dict, quirks: dic
             progress_interval=3600,
             # Thinking off: OpenRouter's reasoning switch, or the template variable sent to vLLM.
             reasoning_effort=None if thinking or backend != "openrouter" else "none",
-            chat_template_kwargs=None if thinking or backend == "openrouter" else {"thinking": False},
+            chat_template_kwargs=None if thinking or backend == "openrouter" else off,
             max_tokens=100,
+            logprobs=logprobs,
         )
         asyncio.run(run(options))
         truth = dict(sim.truth)
@@ -780,25 +797,29 @@ QUIRKS = {
 }
 
 
-@pytest.mark.parametrize("thinking", [True, False])
+@pytest.mark.parametrize(("thinking", "logprobs"), [(True, False), (False, False), (True, True)])
 def test_simulated_openrouter_run_under_faults_never_verifies_a_wrong_sample(
-    tmp_path, monkeypatch, thinking
+    tmp_path, monkeypatch, thinking, logprobs
 ):
+    """Faults, provider quirks (unsplit turns, leaked markup, re-dumped arguments, empty
+    reasoning), tool calls, second turns and cut turns: what is proven equals what the model
+    generated; with logprobs the content's ids come from their bytes where a provider sends them."""
     truth, exported, _ = simulated_run(
-        tmp_path, monkeypatch, "openrouter", FAULTS, QUIRKS, thinking
+        tmp_path, monkeypatch, "openrouter", FAULTS, QUIRKS, thinking, logprobs
     )
     assert len(exported) >= 28
-    verified = quirked = 0
+    verified = quirked = from_logprobs = 0
     for row in exported:
         record = truth[row["generation_id"]]
-        assert row["id_source"] == "text"
+        assert row["id_source"] in (("text", "logprobs") if logprobs else ("text",))
+        from_logprobs += row["id_source"] == "logprobs"
         quirked += bool(record["quirks"])
         if row["verify_reason"] == "ok":  # proven (a cut turn is proven, not exported whole)
             verified += row["verified"]
             assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"], record
         else:
             assert not record["text_exact"], (row["verify_reason"], record)
-    assert verified >= 16 and quirked >= 6
+    assert verified >= 16 and quirked >= 6 and (from_logprobs >= 4) == logprobs
 
 
 def test_request_variables_follow_openrouter_reasoning(renderer):
@@ -806,3 +827,52 @@ def test_request_variables_follow_openrouter_reasoning(renderer):
 
     settings = GenerationSettings(model="m", reasoning={"effort": "low"})
     assert request_variables(settings, KIMI_K3) == {"thinking": True, "thinking_effort": "low"}
+
+
+def test_the_text_export_drops_k3_markup_a_provider_left(tokenizer):
+    from draftgen.export import assistant_message
+
+    raw = REASONING + THINK_CLOSE + RESPONSE_OPEN + ANSWER + RESPONSE_CLOSE
+    for reasoning, content in (
+        (None, raw + "<|close|>message<|sep|>"),
+        (REASONING, ANSWER + END_OF_MSG),
+    ):
+        completion = Completion("g", "P", "m", reasoning, content, None, "stop", "stop", {})
+        message = assistant_message(completion, KIMI_K3)
+        assert (message["reasoning_content"], message["content"]) == (REASONING, ANSWER)
+
+
+def test_a_resume_sees_a_changed_encoding_k3(tmp_path):
+    import shutil
+
+    from draftgen.fixtures import build_fixture
+    from draftgen.tokenizer import tokenizer_digest
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    shutil.copytree(build_fixture("kimi-k3"), before)
+    shutil.copytree(before, after)
+    encoder = after / "encoding_k3.py"
+    encoder.write_text(encoder.read_text(encoding="utf-8") + "\n# another revision\n")
+    assert tokenizer_digest(str(before)) != tokenizer_digest(str(after))
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_a_provider_that_does_not_split_shows_cut_reasoning_as_content(
+    tokenizer, renderer, thinking
+):
+    """No reasoning field and a cut turn: the content is the raw text, wherever the cut fell."""
+    pieces = generated("Think it over." if thinking else None, "Paris, it is.")
+    full = ids_of(tokenizer, pieces)
+    variables = {} if thinking else {"thinking": False}
+    proven = 0
+    for cut in range(1, len(full)):
+        truth = full[:cut]
+        raw = decode(tokenizer, truth)
+        stored, prompt_ids = stored_case(
+            tokenizer, renderer, USER, None, variables, truth, (None, raw, None), "length"
+        )
+        sample = reconstruct_sample(stored, tokenizer, KIMI_K3)
+        if sample.verified:
+            assert sample.input_ids == prompt_ids + truth, cut
+            proven += 1
+    assert proven >= len(full) - 4

@@ -157,7 +157,12 @@ SPECIAL_IDS = {
     "kimi-k2.5-remote": KIMI_IDS,
     "kimi-k2-thinking": KIMI_IDS,
     # Kimi K3's structural tokens (its eos <|end_of_msg|> sits where K2 has <|im_end|>).
-    "kimi-k3": {"<|end_of_msg|>": 163586, "<|open|>": 163587, "<|close|>": 163588, "<|sep|>": 163589},
+    "kimi-k3": {
+        "<|end_of_msg|>": 163586,
+        "<|open|>": 163587,
+        "<|close|>": 163588,
+        "<|sep|>": 163589,
+    },
     "qwen3": QWEN3_IDS,
     "qwen3-thinking-2507": QWEN3_IDS,
     "qwen3-instruct-2507": QWEN3_IDS,

@@ -13,6 +13,7 @@ TOKENIZER = "fixture:kimi-k2.5"
 
 
 @pytest.mark.slow
+@pytest.mark.long  # ~50 s: Ray's start-up (pytest -m long; CI runs it)
 def test_ray_shards_merged_equal_an_unsharded_run(tmp_path):
     prompts = write_prompts(tmp_path / "prompts.jsonl", 20)
     whole_sim = SimProcess(tmp_path, TOKENIZER, [("server_error", 0.05)])

@@ -74,7 +74,7 @@ def test_batches_equal_one_at_a_time(tmp_path, monkeypatch, tokenizer):
 def test_pre_encoded_tokenizer_falls_back_for_texts_not_given():
     tok = load_tokenizer("fixture:qwen3")
     cached = PreEncodedTokenizer(tok)
-    cached.encode_ahead(["hello world", "café 日本 🎉"])
+    cached.encode_ahead(["hello world", "café 日本 🎉"], ["café 日本 🎉"])
     assert encode(cached, "hello world") == encode(tok, "hello world")
     assert encode(cached, "not given") == encode(tok, "not given")
     ids = encode(cached, "café 日本 🎉")

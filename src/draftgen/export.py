@@ -194,6 +194,8 @@ def assistant_message(completion, profile) -> dict:
             opens = content.lstrip().startswith(profile.think_start)
             split, content = split_reasoning(content, "model_opens" if opens else "open", profile)
             reasoning = split or ""
+        if profile.segmented is not None:  # Kimi K3: its channels' markup left in the fields
+            reasoning, content = profile.segmented.answer(reasoning, content)
     message: dict = {"role": "assistant", "content": content}
     if reasoning:
         message["reasoning_content"] = reasoning

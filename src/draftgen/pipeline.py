@@ -46,7 +46,7 @@ from draftgen.plan import (
 from draftgen.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.profiles import ModelProfile, get_profile
 from draftgen.progress import ProgressDisplay, RunProgress
-from draftgen.reconstruct import COMPLETE_FINISH_REASONS, strip_is_invisible
+from draftgen.reconstruct import COMPLETE_FINISH_REASONS, strips_are_invisible
 from draftgen.reconstruct_batch import reconstruct_batches
 from draftgen.records import GenerationSettings
 from draftgen.rendering import ChatRenderer, request_variables, resolve_profile
@@ -372,6 +372,10 @@ async def run(options: RunOptions) -> RunSummary:
     except MixError as exc:
         raise RunError(str(exc)) from None
     settings = generation_settings(options)
+    if options.batch:  # refused before anything is recorded in the run directory
+        from draftgen.batch.generate import check_batch_options
+
+        check_batch_options(options, settings)
     profile = run_profile(options)
     store = Store(options.out)
     lock = RunLock(options.out)
@@ -960,13 +964,19 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     """
     strippers = store.providers_with_reason(WHITESPACE_ALTERED)
     strippers -= store.providers_keeping_edge_whitespace()
-    flags = []
+    keys, contents = [], []
     for key, content in store.verified_contents(strippers):
         while content.endswith(profile.end_of_turn):
             content = content[: -len(profile.end_of_turn)]
-        if strip_is_invisible(content, tokenizer):
-            detail = "this provider strips whitespace and a strip here leaves the count unchanged"
-            flags.append((key, PROVIDER_STRIPS_WHITESPACE, detail))
+        keys.append(key)
+        contents.append(content)
+    detail = "this provider strips whitespace and a strip here leaves the count unchanged"
+    invisible = strips_are_invisible(contents, tokenizer)  # encoded in batches, not one by one
+    flags = [
+        (key, PROVIDER_STRIPS_WHITESPACE, detail)
+        for key, hidden in zip(keys, invisible, strict=True)
+        if hidden
+    ]
     if flags:
         store.flag_samples(flags)
     return len(flags)

@@ -37,15 +37,16 @@ class PreEncodedTokenizer(tok.EncoderView):
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def encode_ahead(self, texts: list[str], decode: bool = True) -> None:
-        """Encode (and decode back) ``texts`` in batch calls; the GIL is released meanwhile."""
+    def encode_ahead(self, texts: list[str], decode: list[str] = ()) -> None:
+        """Encode ``texts`` in batch calls, and decode back those also in ``decode`` (what
+        verification will compare with its text); the GIL is released meanwhile."""
         texts = [t for t in dict.fromkeys(texts) if t not in self._ids]
-        if not texts:
-            return
-        ids = tok.encode_batch(self.inner, texts)
-        self._ids.update(zip(texts, ids, strict=True))
+        if texts:
+            self._ids.update(zip(texts, tok.encode_batch(self.inner, texts), strict=True))
+        decode = [t for t in dict.fromkeys(decode) if t not in self._texts_decoded]
         if decode:
-            self._texts_decoded.update(zip(texts, tok.decode_batch(self.inner, ids), strict=True))
+            decoded = tok.decode_batch(self.inner, [self._ids[t] for t in decode])
+            self._texts_decoded.update(zip(decode, decoded, strict=True))
 
     def encode_text(self, text: str) -> list[int]:
         ids = self._ids.get(text)
@@ -70,14 +71,16 @@ class PreEncodedTokenizer(tok.EncoderView):
 
 def prepare(
     batch: list[StoredCompletion], tokenizer: Any, profile: ModelProfile
-) -> tuple[PreEncodedTokenizer, list[str]]:
-    """List every text the batch's reconstruction will encode (holds the GIL).
+) -> tuple[PreEncodedTokenizer, list[str], list[str]]:
+    """List every text the batch's reconstruction will encode, and the completion readings
+    among them, which verification also decodes (holds the GIL).
 
     Prompts are the renderings recorded with the requests; a store from before they were
     recorded is rendered here with the template's defaults, once per completion.
     """
     cached = PreEncodedTokenizer(tokenizer)
     texts: list[str] = []
+    readings: list[str] = []
     for index, stored in enumerate(batch):
         rendering = stored.rendering
         if rendering is None:
@@ -87,8 +90,9 @@ def prepare(
             continue
         if rendering.ids is None:
             texts.append(rendering.text)
-        texts.extend(read_completion(stored.completion, rendering.text, profile).texts)
-    return cached, texts
+        if profile.segmented is None:  # a segmented family's readings are encoded piece by piece
+            readings.extend(read_completion(stored.completion, rendering.text, profile).texts)
+    return cached, texts + readings, readings
 
 
 def reconstruct_batches(
@@ -105,8 +109,8 @@ def reconstruct_batches(
         for batch in batches:
             if not batch:
                 continue
-            cached, texts = prepare(batch, tokenizer, profile)
-            job = encoder.submit(cached.encode_ahead, texts)
+            cached, texts, readings = prepare(batch, tokenizer, profile)
+            job = encoder.submit(cached.encode_ahead, texts, readings)
             if waiting is not None:
                 yield _finish(*waiting, profile)
             waiting = (batch, cached, job)
@@ -124,5 +128,5 @@ def _finish(
     # Samples whose count matches no reading try whitespace restored at the content's edges:
     # those texts too go to the encoder together, not one by one.
     repairs = [text for stored in batch for text in repair_texts(stored, cached, profile)]
-    cached.encode_ahead(repairs, decode=False)
+    cached.encode_ahead(repairs)
     return [reconstruct_sample(stored, cached, profile) for stored in batch]

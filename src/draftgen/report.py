@@ -187,6 +187,8 @@ def build_report(store: Store) -> dict:
         "throughput": throughput(rows),
         "exactness": counts["exactness"],
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
+        # run --batch: batches by state and status, and what the API charged (usage.cost).
+        "batches": counts.get("batches") or {},
     }
 
 
@@ -499,6 +501,10 @@ def render_html(report: dict) -> str:
         ("completion tokens", metric(("totals", "completion_tokens"), t["completion_tokens"])),
         ("retried attempts", metric(("totals", "retried_attempts"), t["retried_attempts"])),
     ]
+    batches = report.get("batches") or {}
+    if batches.get("charged") is not None:  # what the batch API says it charged
+        charged = dollars(("batches", "charged"), batches["charged"])
+        cards.append(("charged by the batch API", charged))
     sections = [
         _section(
             "Outcomes",

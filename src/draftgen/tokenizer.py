@@ -203,6 +203,7 @@ _IDENTITY_PATTERNS = (
     "tokenization_*.py",
     "tool_declaration*.py",
     "encoding/*.py",
+    "encoding_*.py",  # Kimi K3's chat segments, imported by its tokenizer class
 )
 
 

@@ -154,6 +154,7 @@ class BatchRun:
         self.tries: collections.Counter = collections.Counter()  # retried sends, this process
         self.given_up: set[str] = set()  # failed for good in this process
         self.failed_written: set[str] = set()
+        self.unseen: set[str] = set()  # intents whose recorded batch was warned about (404)
         self.stop = asyncio.Event()
         self.budget: BatchBudget | None = None
         self.budget_blocked = False
@@ -511,7 +512,12 @@ class BatchRun:
                 )
                 continue
             if intent.state == "submitting":
-                await self._settle(intent)
+                try:
+                    await self._settle(intent)
+                except BatchApiError as exc:
+                    if exc.fatal:
+                        raise
+                    _log.warning("%s; the lost create is looked for again at the next poll", exc)
         self._refresh_live()
 
     async def _settle(self, intent: Intent) -> bool:
@@ -527,19 +533,34 @@ class BatchRun:
             async with gate:
                 if self.stop.is_set():
                     return False
-                if intent.state == "submitting":
-                    return await self._settle(intent)
-                info = await self.dialect.get(self.target.http, intent.batch_id)
-                if info is None:
-                    return False  # not visible yet (seconds after the create) or not found
-                if info.status != intent.status or info.counts() != intent.request_counts:
-                    await self.ledger.record_status(
-                        intent.nonce, info.status, info.counts(), info.cost
-                    )
-                if not info.final:
+                try:
+                    return await look_once(intent)
+                except BatchApiError as exc:
+                    if exc.fatal:
+                        raise
+                    _log.warning("%s; trying again at the next poll", exc)
                     return False
-                await self._ingest(intent, info)
-                return True
+
+        async def look_once(intent: Intent) -> bool:
+            if intent.state == "submitting":
+                return await self._settle(intent)
+            info = await self.dialect.get(self.target.http, intent.batch_id)
+            if info is None:  # not visible yet (seconds after the create), or gone
+                if time.time() > intent.created_at + self.grace and intent.nonce not in self.unseen:
+                    self.unseen.add(intent.nonce)
+                    _log.warning(
+                        "batch %s is not found (HTTP 404) %.0f s after its create; its rows "
+                        "stay reserved while the API may still answer for it",
+                        intent.batch_id,
+                        time.time() - intent.created_at,
+                    )
+                return False
+            if info.status != intent.status or info.counts() != intent.request_counts:
+                await self.ledger.record_status(intent.nonce, info.status, info.counts(), info.cost)
+            if not info.final:
+                return False
+            await self._ingest(intent, info)
+            return True
 
         results = await asyncio.gather(
             *(look(i) for i in self.ledger.intents(live_only=True)), return_exceptions=True

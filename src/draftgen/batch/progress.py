@@ -35,7 +35,9 @@ class BatchProgress(RunProgress):
             )
         if self.stopped:
             return f"stopping: {self.stopped}"
-        return f"round {self.round}: waiting for batches" if self.batches else "submitting"
+        if self.batches:
+            return f"round {self.round}: waiting for batches"
+        return "done" if self.total_rows and self.rows_done >= self.total_rows else "submitting"
 
     def batches_text(self) -> str:
         return ", ".join(f"{n} {status}" for status, n in sorted(self.batches.items())) or "none"

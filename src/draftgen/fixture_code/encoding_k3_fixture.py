@@ -42,7 +42,9 @@ EFFORT_TEXT = (
     "response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
     "Now the system is invoked with `thinking_effort={effort}`."
 )
-TOOLS_TEXT = "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n{schemas}\n```"
+TOOLS_TEXT = (
+    "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n{schemas}\n```"
+)
 NEW_TOOLS_TEXT = (
     "## New Tools Available\n"
     "The system dynamically extends the toolset via lazy-loading.\n"
@@ -117,7 +119,8 @@ def build_chat_segments(
     *,
     add_generation_prompt: bool = True,
     thinking: bool = True,
-    thinking_effort: str | None = "max",
+    # None: no effort message. The tokenizer's apply_chat_template passes "max" by default.
+    thinking_effort: str | None = None,
     tool_choice: Any = None,
     response_format: Any = None,
     **_unused: Any,
@@ -351,7 +354,9 @@ def _literal_arguments(text: str) -> list[tuple[str, str, str]]:
             raise ValueError(f"Expects ':' after {key}")
         start = _skip_space(text, at + 1)
         value, at = decoder.raw_decode(text, start)
-        members.append((key, value_type(value), value if isinstance(value, str) else text[start:at]))
+        members.append(
+            (key, value_type(value), value if isinstance(value, str) else text[start:at])
+        )
         at = _skip_space(text, at)
         separator = text[at : at + 1]
         at = _skip_space(text, at + 1)
@@ -388,7 +393,9 @@ def _response_format(out: _Segments, response_format: Any) -> None:
             ensure_ascii=False,
             separators=(",", ":"),
         )
-        out.system("response-format", RAW_JSON_TEXT.format(kind=kind) + SCHEMA_TEXT.format(schema=schema))
+        out.system(
+            "response-format", RAW_JSON_TEXT.format(kind=kind) + SCHEMA_TEXT.format(schema=schema)
+        )
 
 
 def _response_schema(response_format: Any) -> Any:

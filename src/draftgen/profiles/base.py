@@ -79,6 +79,9 @@ class SegmentedFormat(Protocol):
     def segment_text(self, text: str) -> list[Segment]:
         """Generated text cut into the segments the model's ids follow."""
 
+    def answer(self, reasoning: str, content: str) -> tuple[str, str]:
+        """The reasoning and the answer in delivered fields, markup a provider left removed."""
+
     def generated(
         self, reasoning: str | None, content: str, call: dict | None
     ) -> list[tuple[str, list[Segment]]]:

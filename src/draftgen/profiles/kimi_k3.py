@@ -92,9 +92,9 @@ def segment_markup(text: str) -> list[Segment]:
 def _between(chunk: str, after: str) -> list[Segment]:
     if after != OPEN or not chunk:
         return plain(chunk)
-    tag, _, rest = chunk.partition(" ")
+    tag, space, rest = chunk.partition(" ")
     segments = plain(tag)
-    rest = " " + rest if _ else ""
+    rest = space + rest
     while rest:
         match = _ATTRIBUTE.match(rest)
         if match is None or not match.group(0):
@@ -192,7 +192,14 @@ def write_tool_calls(
 
 # What can end a text that markup follows: a whole end of message, or the start of a close cut
 # off by ``max_tokens``.
-_TRAILING_MARKUP = (END_OF_MSG, MESSAGE_CLOSE, f"{CLOSE}message", f"{CLOSE}response", CLOSE)
+_TRAILING_MARKUP = (
+    END_OF_MSG,
+    MESSAGE_CLOSE,
+    f"{CLOSE}message",
+    f"{CLOSE}response",
+    f"{CLOSE}think",
+    CLOSE,
+)
 
 
 def _markup_start(content: str) -> int:
@@ -248,6 +255,12 @@ class XtmlTurns:
 
     def segment_text(self, text: str) -> list[Segment]:
         return segment_markup(text)
+
+    def answer(self, reasoning: str, content: str) -> tuple[str, str]:
+        if not reasoning and THINK_CLOSE in content:
+            reasoning, _, content = content.partition(THINK_CLOSE)
+        content = content.removeprefix(RESPONSE_OPEN)
+        return reasoning, content[: _markup_start(content)]
 
     def generated(
         self, reasoning: str | None, content: str, call: dict | None
@@ -414,9 +427,10 @@ KIMI_K3_SPECIAL_TOKENS: dict[int, str] = {
 
 FIXTURES = {
     # K3 as its repository ships it: remote code (a slow tiktoken tokenizer whose
-    # apply_chat_template encodes segment by segment) and encoding_k3.py beside it; no Jinja.
-    # Qwen's ranks stand in for K3's. Not confirmed: the config's eos (config.json's
-    # eos_token_id is 163586, <|end_of_msg|>; the tokenizer config is taken to name [EOS]).
+    # apply_chat_template encodes segment by segment) and encoding_k3.py beside it; no
+    # chat_template. Qwen's ranks stand in for K3's. Its tokenizer_config.json names [EOS]
+    # (163585) as eos and leaves model_max_length unset; generation stops on <|end_of_msg|>
+    # (config.json's and generation_config.json's eos_token_id 163586).
     "kimi-k3": RemoteCodeFixture(
         added_tokens=KIMI_K3_SPECIAL_TOKENS,
         vocab_size=163840,
@@ -431,7 +445,6 @@ FIXTURES = {
             "unk_token": "[UNK]",
             "pad_token": "[PAD]",
             "additional_special_tokens": [END_OF_MSG],
-            "model_max_length": 1048576,
         },
     ),
 }

@@ -429,6 +429,8 @@ class BatchSimulator:
             input_file_id=input_file_id,
         )
         batch.times["validating"] = batch.created_at
+        if model:
+            self.sim.models_seen.setdefault(model.removesuffix(":batch"), None)
         faults = self.config.batch_faults
         if invalid is not None:
             batch.invalid, batch.invalid_line = invalid

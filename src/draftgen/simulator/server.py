@@ -445,6 +445,7 @@ class Simulator:
         if not self._authorized(request):
             return self._unauthorized()
         model = f"{request.match_info['author']}/{request.match_info['slug']}"
+        self.models_seen.setdefault(model.removesuffix(":batch"), None)
         pricing = {
             "prompt": wire_price(self.config.prompt_price),
             "completion": wire_price(self.config.completion_price),
