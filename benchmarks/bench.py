@@ -48,7 +48,7 @@ SIZES = {
         stream_concurrency=500,
     ),
     "ci": dict(
-        prompts=1000, tokens=2800, concurrency=500, streams=100, chunks=2000, stream_concurrency=100
+        prompts=1000, tokens=2800, concurrency=500, streams=150, chunks=2000, stream_concurrency=150
     ),
 }
 TOKENIZERS = ("fixture:kimi-k2.5", "fixture:kimi-k2.5-remote")

@@ -76,7 +76,10 @@ class SimProcess:
 # ``main``, its exit code and both outputs captured): a process of their own would prove nothing
 # more and costs a Python start, imports and a tokenizer load (~2-3 s) each time. ``run``,
 # ``simulate`` and anything whose signals or process matter keep their subprocess.
-IN_PROCESS = frozenset({"status", "export", "merge", "vocab"})
+# DRAFTGEN_TEST_SUBPROCESS=1 runs every command in its own process again.
+IN_PROCESS = frozenset(
+    () if os.environ.get("DRAFTGEN_TEST_SUBPROCESS") else {"status", "export", "merge", "vocab"}
+)
 
 
 def draftgen(

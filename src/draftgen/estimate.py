@@ -14,19 +14,15 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import aiohttp
-import orjson
-
 from draftgen import tokenizer as tok
 from draftgen.errors import DraftgenError
 from draftgen.ingest import Rejection
+from draftgen.listing import LISTING_TIMEOUT, listed_prices  # noqa: F401
 from draftgen.mix import MixError, read_suite
 from draftgen.pipeline import RunError, RunOptions, check_base_url, generation_settings, run
 from draftgen.plan import build_messages, original_answers, plan_turns
 from draftgen.rendering import ChatRenderer, request_variables, resolve_profile
 from draftgen.store import Store
-
-LISTING_TIMEOUT = 15.0  # seconds for GET /models; a slow listing is no reason to wait long
 
 
 class EstimateError(DraftgenError, RuntimeError):
@@ -236,39 +232,6 @@ async def find_batch_price(options: EstimateOptions, result: Estimate) -> None:
         result.batch_price_source = "listing"
     else:
         result.notes.append(f"no batch price: {listed} (the model may have no batch endpoint)")
-
-
-async def listed_prices(
-    base_url: str, model: str, api_key: str | None
-) -> tuple[float, float] | str:
-    """(prompt, completion) USD per token from ``GET {base_url}/models``, or why not."""
-    url = base_url.rstrip("/") + "/models"
-    from draftgen.logs import add_secret
-
-    add_secret(api_key)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        timeout = aiohttp.ClientTimeout(total=LISTING_TIMEOUT)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(url, headers=headers) as response:
-                if response.status != 200:
-                    return f"GET {url} answered HTTP {response.status}: no listed prices"
-                body = await response.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return f"GET {url} failed ({exc.__class__.__name__}): no listed prices"
-    try:
-        data = orjson.loads(body).get("data")
-    except (orjson.JSONDecodeError, AttributeError):
-        return f"GET {url} did not return a model listing: no listed prices"
-    for entry in data if isinstance(data, list) else ():
-        if isinstance(entry, dict) and entry.get("id") == model:
-            pricing = entry.get("pricing") if isinstance(entry.get("pricing"), dict) else {}
-            try:
-                # OpenRouter sends prices as decimal strings, USD per token.
-                return float(pricing["prompt"]), float(pricing["completion"])
-            except (KeyError, TypeError, ValueError):
-                return f"the listing of {model} has no prompt/completion pricing"
-    return f"{model} is not in the listing at {url}: no listed prices"
 
 
 def _price_and_time(options: EstimateOptions, result: Estimate) -> None:

@@ -470,7 +470,7 @@ def _mode_doubt(
             continue
         if text == prompt_text or prompt_mode(text, profile) == mode:
             continue
-        if renderer.encodes_chat:
+        if renderer.chat_ids:
             rival_ids = renderer.render(stored.messages, stored.tools, other, instant).ids or ()
             same = len(rival_ids) == len(prompt_ids)
         else:

@@ -102,6 +102,10 @@ class ChatRenderer:
         self.profile = profile
         self.encoder = encoder if encoder is not None else chat_encoder_of(tokenizer)
         self.encodes_chat = self.encoder is None and tokenizer_encodes_chat(tokenizer)
+        # Whether the prompt's ids are the class's own chat encoding (Kimi K3's segments), not
+        # the encoding of its text (K2.5's class only prepares the conversation): the class's
+        # slow encode runs on every request only where the two are not proven the same.
+        self.chat_ids = self.encodes_chat and not chat_ids_are_text_ids(tokenizer, profile)
 
     @property
     def kind(self) -> str:
@@ -162,11 +166,102 @@ class ChatRenderer:
             if not isinstance(text, str):
                 raise RenderError(f"the chat template returned {type(text).__name__}, not text")
             ids = None
-            if self.encodes_chat and want_ids:
+            if self.chat_ids and want_ids:
                 ids = ids_of(self.tokenizer.apply_chat_template(prepared, tokenize=True, **kwargs))
         finally:
             _CLOCK.reset(token)
         return text, ids
+
+
+_CHAT_IDS: dict[int, tuple[Any, bool]] = {}
+
+# Conversations where a class's own chat encoding would part from encoding the rendered text:
+# special-token spellings in user and system data, history with reasoning, tool calls, tools.
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather now.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+_PROBES: tuple[tuple[list[dict], list[dict] | None], ...] = (
+    (
+        [
+            {"role": "system", "content": "Be brief. <|im_end|> [EOS] <|im_start|> </s>"},
+            {"role": "user", "content": "Hi <think> there </think>\n\n  <|im_user|> 你好 👍🏽 "},
+        ],
+        None,
+    ),
+    (
+        [
+            {"role": "user", "content": "First <|im_middle|> question"},
+            {"role": "assistant", "content": "Sure.", "reasoning_content": "Think <|im_end|>."},
+            {"role": "user", "content": "  again\n"},
+        ],
+        None,
+    ),
+    (
+        [
+            {"role": "user", "content": "Weather in Paris? <|tool_call_begin|>"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "functions.get_weather:0",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "<|im_end|>"},
+        ],
+        _PROBE_TOOLS,
+    ),
+)
+
+
+def chat_ids_are_text_ids(tokenizer: Any, profile: ModelProfile) -> bool:
+    """Whether a class's own chat encoding gives exactly the ids of encoding its rendered text
+    (the tokenizer's own ``encode``), on probe conversations with special-token spellings in the
+    data, history and tools, both thinking switches; checked once per process and tokenizer."""
+    cached = _CHAT_IDS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    from draftgen.fast_encoder import reference_encode
+
+    switches = [{}]
+    if profile.thinking_variable:
+        switches = [{profile.thinking_variable: value} for value in (True, False)]
+    compared = 0
+    same = True
+    for messages, tools in _PROBES:
+        for variables in switches:
+            kwargs: dict[str, Any] = {"add_generation_prompt": True, **variables}
+            if tools:
+                kwargs["tools"] = copy.deepcopy(tools)
+            prepared = server_messages(messages, profile)
+            try:
+                text = tokenizer.apply_chat_template(prepared, tokenize=False, **kwargs)
+                ids = ids_of(tokenizer.apply_chat_template(prepared, tokenize=True, **kwargs))
+            except Exception:  # a probe this template cannot render proves nothing
+                continue
+            compared += 1
+            if not isinstance(text, str) or ids != reference_encode(tokenizer, text):
+                same = False
+                break
+        if not same:
+            break
+    holds = same and compared > 0
+    _CHAT_IDS[id(tokenizer)] = (tokenizer, holds)
+    return holds
 
 
 # The instant a template's ``strftime_now`` reads while draftgen renders (per thread and task).

@@ -17,21 +17,20 @@ from pathlib import Path
 import orjson
 
 from draftgen.batch.dialects import BatchApiError, BatchHttp, get_dialect
+from draftgen.batch.errors import BatchRunError
 from draftgen.batch.generate import BATCH_META
 from draftgen.batch.ledger import Ledger
 from draftgen.batch.submit import BatchTarget, reconcile
-from draftgen.store import CompletionWriter
+from draftgen.store import CompletionWriter, Store
 
 
 async def cancel_batches(run_dir: Path, api_key_env: str | None = None) -> list[str]:
     """Cancel every live batch of ``run_dir``; one line per batch saying what became of it."""
-    from draftgen.pipeline import RunError, open_existing
-
-    store = open_existing(run_dir)
+    store = Store(run_dir, create=False)
     try:
         recorded = store.meta(BATCH_META)
         if recorded is None:
-            raise RunError(f"{run_dir} has no batches: it was not run with --batch")
+            raise BatchRunError(f"{run_dir} has no batches: it was not run with --batch")
         meta = orjson.loads(recorded)
         writer = CompletionWriter(store.path)
         try:
@@ -48,7 +47,7 @@ async def cancel_batches(run_dir: Path, api_key_env: str | None = None) -> list[
             variable = api_key_env or meta.get("api_key_env") or "OPENROUTER_API_KEY"
             api_key = os.environ.get(variable)
             if not api_key:
-                raise RunError(
+                raise BatchRunError(
                     f"environment variable {variable} is not set; export the key the run used "
                     "in it, or name another one with --api-key-env"
                 )

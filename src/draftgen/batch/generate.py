@@ -22,8 +22,10 @@ from collections.abc import Iterator
 
 import orjson
 
+from draftgen.backends import get_backend
 from draftgen.batch.crash import crash_point
 from draftgen.batch.dialects import BatchApiError, BatchHttp, CreateRefused, get_dialect
+from draftgen.batch.errors import BatchRunError
 from draftgen.batch.ingest import ingest
 from draftgen.batch.ledger import Intent, Ledger, PlannedRow
 from draftgen.batch.money import BatchBudget, find_batch_prices
@@ -31,7 +33,7 @@ from draftgen.batch.progress import BatchDisplay, BatchProgress
 from draftgen.batch.submit import BatchTarget, reconcile, submit
 from draftgen.endpoints import EndpointSpec, endpoint_label
 from draftgen.ingest import Rejection
-from draftgen.mix import read_suite
+from draftgen.mix import MixError, Suite, count_suite, read_suite
 from draftgen.plan import NOTHING_TO_ANSWER, TurnPlan, build_messages, plan_turns, sample_chains
 from draftgen.profiles import ModelProfile
 from draftgen.reconstruct import COMPLETE_FINISH_REASONS
@@ -39,6 +41,7 @@ from draftgen.records import Completion, GenerationSettings
 from draftgen.rendering import ChatRenderer, request_variables
 from draftgen.store import REJECTED_NAME, CompletionWriter, SampleTally, Store
 from draftgen.tokenizer import load_tokenizer
+from draftgen.turns import SourceIds, StoredTurns
 
 _log = logging.getLogger("draftgen.batch")
 BATCH_META = "batch"  # store meta: JSON {dialect, url, model, api_key_env} for status and cancel
@@ -70,8 +73,6 @@ async def generate_batch(
 def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
     """Where batches go: ``--batch-url``, else the run's one endpoint (OpenAI-style file batches
     on the built-in simulator are served at ``/v1``, beside OpenRouter's ``/api/v1``)."""
-    from draftgen.pipeline import RunError
-
     if options.batch_url:
         return options.batch_url.rstrip("/")
     if isinstance(base_url, str):
@@ -80,7 +81,7 @@ def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
             url = url.removesuffix("/api/v1") + "/v1"
         return url
     if len(base_url) != 1:
-        raise RunError(
+        raise BatchRunError(
             f"--batch sends every batch to one API, and {len(base_url)} endpoints are given; "
             "name it with --batch-url, or give one --base-url"
         )
@@ -89,29 +90,27 @@ def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
 
 def check_batch_options(options, settings: GenerationSettings) -> None:
     """Refuse what batch mode cannot do, before anything is sent."""
-    from draftgen.pipeline import RunError
-
     if options.backend != "openrouter":
-        raise RunError(
+        raise BatchRunError(
             f"--batch speaks OpenAI-compatible batch APIs (OpenRouter, openai-files); --backend "
             f"{options.backend} servers have none, so drop one of the two"
         )
     if options.max_cost is not None and options.max_tokens is None:
-        raise RunError(
+        raise BatchRunError(
             "--max-cost with --batch needs --max-tokens: a batch is paid before its answers are "
             "seen, so each row is counted at its prompt plus max_tokens before it is sent"
         )
     extra = sorted(set(settings.provider or {}) - set(BATCH_PROVIDER_FIELDS))
     if extra and options.batch_dialect == "openrouter":
-        raise RunError(
+        raise BatchRunError(
             f"batch routing takes only {' and '.join(BATCH_PROVIDER_FIELDS)}, not "
             f"{', '.join('provider.' + name for name in extra)}; drop them from "
             "[openrouter.provider] for --batch"
         )
     if options.batch_size is not None and options.batch_size < 1:
-        raise RunError(f"--batch-size {options.batch_size} must be 1 or more")
+        raise BatchRunError(f"--batch-size {options.batch_size} must be 1 or more")
     if options.batch_retries < 0:
-        raise RunError(f"--batch-retries {options.batch_retries} must be 0 or more")
+        raise BatchRunError(f"--batch-retries {options.batch_retries} must be 0 or more")
 
 
 class BatchRun:
@@ -125,8 +124,6 @@ class BatchRun:
         api_key: str | None,
         started: threading.Event | None,
     ) -> None:
-        from draftgen.pipeline import StoredTurns, count_rows, resolve_backend
-
         check_batch_options(options, settings)
         self.options = options
         self.store = store
@@ -136,7 +133,7 @@ class BatchRun:
         self.started = started
         self.simulated = isinstance(base_url, str)
         self.url = batch_url(options, base_url)
-        self.backend = resolve_backend(options.backend)
+        self.backend = get_backend(options.backend)
         self.dialect = get_dialect(options.batch_dialect)
         limit = options.batch_size or self.dialect.max_rows
         self.size = min(limit, self.dialect.max_rows)
@@ -147,7 +144,7 @@ class BatchRun:
             min(options.batch_grace, SIMULATED_GRACE) if self.simulated else (options.batch_grace)
         )
         self.model = options.batch_model or settings.model
-        self.progress = BatchProgress(total_rows=count_rows(options.suite()))
+        self.progress = BatchProgress(total_rows=_count_rows(options.suite()))
         self.writer = CompletionWriter(store.path)
         self.ledger = Ledger(store, self.writer)
         self.stored = StoredTurns(store)
@@ -168,8 +165,6 @@ class BatchRun:
     # -- the run ---------------------------------------------------------------------------------
 
     async def run(self) -> BatchProgress:
-        from draftgen.pipeline import RunError
-
         provider = None
         if self.settings.provider and self.options.batch_dialect == "openrouter":
             provider = dict(self.settings.provider)
@@ -225,7 +220,7 @@ class BatchRun:
                         for signum in (signal.SIGINT, signal.SIGTERM):
                             loop.remove_signal_handler(signum)
         except BatchApiError as exc:
-            raise RunError(
+            raise BatchRunError(
                 f"stopped: {exc}; everything stored so far is in {self.options.out}, batches "
                 "already sent keep running, and the same command picks them up"
             ) from None
@@ -280,11 +275,9 @@ class BatchRun:
     async def _prices(self) -> None:
         if self.options.max_cost is None:
             return
-        from draftgen.pipeline import RunError
-
         prices, note = await find_batch_prices(self.url, self.model, self.api_key)
         if prices is None:
-            raise RunError(
+            raise BatchRunError(
                 f"--max-cost with --batch needs the batch price and {note}; drop --max-cost or "
                 "use an API whose GET /models lists prices"
             )
@@ -297,8 +290,6 @@ class BatchRun:
 
     def _chains(self) -> Iterator[list[list[TurnPlan]]]:
         """Each usable row's sample chains, rejecting as a live run does (first round only)."""
-        from draftgen.pipeline import SourceIds
-
         options = self.options
         write = self.first_round
         rejected = open(options.out / REJECTED_NAME, "wb") if write else None  # noqa: SIM115
@@ -449,9 +440,7 @@ class BatchRun:
                     _log.warning("%s; waiting %.1f s, then the next round sends them", exc, wait)
                     await self._sleep(wait)
                     return
-                from draftgen.pipeline import RunError
-
-                raise RunError(
+                raise BatchRunError(
                     f"{exc}; nothing of that batch was made or billed, its rows are free again, "
                     "and what is stored is kept"
                 ) from None
@@ -611,6 +600,13 @@ class BatchRun:
         detail = self.ledger.intent(intent.nonce).detail or {}
         asked = detail.get("cancel_requested_at")
         return isinstance(asked, (int, float)) and asked >= self.began
+
+
+def _count_rows(suite: Suite) -> int:
+    try:
+        return count_suite(suite)
+    except MixError as exc:
+        raise BatchRunError(str(exc)) from None
 
 
 def _by_bytes(rows: list[PlannedRow], limit: int) -> Iterator[list[PlannedRow]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from draftgen.listing import listed_prices
+
 
 @dataclass(frozen=True)
 class BatchPrices:
@@ -24,8 +26,6 @@ async def find_batch_prices(
 ) -> tuple[BatchPrices | None, str]:
     """The ``MODEL:batch`` entry's prices from ``GET {base_url}/models`` (or, if the listing has
     none, the live price as an upper bound) and a sentence saying which."""
-    from draftgen.estimate import listed_prices
-
     variant = model if model.endswith(":batch") else model + ":batch"
     listed = await listed_prices(base_url, variant, api_key)
     if isinstance(listed, tuple):
