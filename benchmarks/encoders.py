@@ -1,6 +1,6 @@
 """Every encoder draftgen may use for a tokenizer, side by side on the same texts, in one process.
 
-    .venv/bin/python benchmarks/encoders.py                       # ~8 MB of text per tokenizer
+    .venv/bin/python benchmarks/encoders.py                       # 8 MB of text per tokenizer
     .venv/bin/python benchmarks/encoders.py --mb 2 --tokenizer fixture:kimi-k2.5-remote
 
 For each tokenizer: the tokenizer's own ``encode(text, add_special_tokens=False)`` one text at a
@@ -21,18 +21,21 @@ import time
 TOKENIZERS = ("fixture:kimi-k2.5", "fixture:kimi-k2.5-remote", "fixture:deepseek-v4")
 
 
-def texts_of(tokenizer, megabytes: float, seed: int = 0) -> list[str]:
-    """Answers of ~10 KB as the benchmark's canned ones: reasoning, </think>, content, end."""
+def texts_of(megabytes: float, seed: int = 0) -> list[str]:
+    """Answers of ~10 KB, each composed on its own (the simulator's text pool, as the canned
+    answers), every tenth word replaced by a random one so no word cache holds them all."""
     from draftgen.simulator.textpool import compose
 
     rng = random.Random(seed)
-    pool = [compose(rng, 2800, lambda text: len(text) // 4) for _ in range(16)]
-    texts, size, index = [], 0, 0
+    letters = "abcdefghijklmnopqrstuvwxyzéüßçøæåαβγдиж你好世界"
+    texts, size = [], 0
     while size < megabytes * 1e6:
-        text = f"Request {index:07d}. " + pool[index % len(pool)] + "</think>Answer.<|im_end|>"
+        words = compose(rng, 2800, lambda text: len(text) // 4).split(" ")
+        for index in range(0, len(words), 10):
+            words[index] = "".join(rng.choice(letters) for _ in range(rng.randint(2, 12)))
+        text = " ".join(words) + "</think>Answer.<|im_end|>"
         texts.append(text)
         size += len(text)
-        index += 1
     return texts
 
 
@@ -57,7 +60,7 @@ def main() -> None:
     print(f"{os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.2f}")
     for spec in args.tokenizer or TOKENIZERS:
         tokenizer = load_tokenizer(spec)
-        texts = texts_of(tokenizer, args.mb)
+        texts = texts_of(args.mb)
         size = sum(map(len, texts)) / 1e6
         reference = fast_encoder.ReferenceCodec(tokenizer)
         wall, cpu, expected = timed(reference.encode_batch, texts)
