@@ -147,16 +147,19 @@ def test_a_run_in_progress_is_named_by_status_and_export(finished, tmp_path):
             "DELETE FROM samples WHERE key IN (SELECT key FROM samples WHERE verified = 1 LIMIT 2)"
         )
     running = RunLock(out)
-    running.acquire()  # a run holds the lock (in this process: pid is ours)
+    running.acquire()  # a run holds the lock (this process's pid; the commands run in others)
     try:
-        status = draftgen("status", str(out))
+        status = draftgen("status", str(out), subprocess_only=True)
         assert f"  run active          draftgen pid {_pid()} is working on this directory" in (
             status.stdout
         )
-        assert json.loads(draftgen("status", str(out), "--json").stdout)["active_run"] == (
+        status_json = draftgen("status", str(out), "--json", subprocess_only=True)
+        assert json.loads(status_json.stdout)["active_run"] == (
             f"pid {_pid()}"
         )
-        export = draftgen("export", str(out), "--out", str(tmp_path / "a.jsonl"))
+        export = draftgen(
+            "export", str(out), "--out", str(tmp_path / "a.jsonl"), subprocess_only=True
+        )
         assert export.returncode == 0, export.stderr
         assert "interrupted" not in export.stdout + export.stderr
         assert export.stderr == (
