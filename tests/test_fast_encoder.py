@@ -274,7 +274,7 @@ def test_counts_from_a_known_text_equal_full_counts(name):
     profile = detect_profile(tok.full_vocab(tokenizer))
     prompt = SAMPLE[0] if name.startswith("kimi") else ""
 
-    @settings(max_examples=60, deadline=None, database=None)
+    @settings(max_examples=30, deadline=None, database=None)
     @given(
         reasoning=st.text(max_size=40),
         content=st.lists(st.sampled_from(PIECES + ["word", " x", "\n\n"]), max_size=8).map("".join),

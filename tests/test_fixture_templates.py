@@ -1,4 +1,5 @@
-"""The fixture chat templates render what the publishers' own templates render, behaviour by behaviour.
+"""The fixture chat templates render what the publishers' own templates render, behaviour by
+behaviour.
 
 Each expected text below is what the published template gives for the same input (DeepSeek-V3.1's
 tokenizer_config.json, GLM-4.6's and MiniMax-M2's chat_template.jinja, gpt-oss-120b's, Qwen3-8B's,
@@ -8,9 +9,11 @@ Qwen3-4B-Thinking-2507's and Qwen3-4B-Instruct-2507's), rendered through transfo
 from __future__ import annotations
 
 import pytest
-from jinja2 import TemplateError, UndefinedError
+from jinja2 import TemplateError
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
+from draftgen.profiles import DEEPSEEK_V3
+from draftgen.rendering import ChatRenderer
 from draftgen.tokenizer import encode, load_tokenizer
 
 WEATHER_TOOL = {
@@ -164,11 +167,11 @@ def test_deepseek_v31_tool_call_turn_needs_its_content(tokenizers):
         'get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
         "<｜end▁of▁sentence｜><｜tool▁output▁begin｜>18C<｜tool▁output▁end｜>"
     )
-    # transformers drops keys whose value is None, and the template joins a missing content.
+    # Keys whose value is None are dropped before rendering (by transformers 5, and by draftgen's
+    # renderer whichever transformers is installed): the template joins a missing content.
     messages[1]["content"] = None
-    with pytest.raises(UndefinedError) as excinfo:
-        render(tokenizer, messages)
-    assert str(excinfo.value) == "'dict object' has no attribute 'content'"
+    rendering = ChatRenderer(tokenizer, DEEPSEEK_V3).render(messages, None)
+    assert rendering.error == "UndefinedError: 'dict object' has no attribute 'content'"
 
 
 def test_deepseek_v31_object_arguments_raise(tokenizers):
@@ -332,7 +335,11 @@ def harmony_system(effort="medium", tools=False):
         "Knowledge cutoff: 2024-06\nCurrent date: 2031-02-03\n\n"
         f"Reasoning: {effort}\n\n# Valid channels: analysis, commentary, final. Channel must be "
         "included for every message."
-        + ("\nCalls to these tools must go to the commentary channel: 'functions'." if tools else "")
+        + (
+            "\nCalls to these tools must go to the commentary channel: 'functions'."
+            if tools
+            else ""
+        )
         + "<|end|>"
     )
 
@@ -346,9 +353,7 @@ def test_gpt_oss_stamps_the_date_and_reasoning_effort(tokenizers, clock):
     assert render(tokenizer, user, reasoning_effort="high") == harmony_system("high") + turn
 
 
-def test_gpt_oss_instructions_end_with_a_blank_line_and_history_drops_reasoning(
-    tokenizers, clock
-):
+def test_gpt_oss_instructions_end_with_a_blank_line_and_history_drops_reasoning(tokenizers, clock):
     messages = [{"role": "system", "content": "Be brief."}, *HISTORY]
     assert render(tokenizers["gpt-oss"], messages, reasoning_effort="low") == (
         harmony_system("low")
@@ -401,7 +406,11 @@ def test_gpt_oss_writes_one_call_and_analysis_only_without_a_later_answer(tokeni
     )
     tokenizer = tokenizers["gpt-oss"]
     assert render(tokenizer, messages) == in_progress + "<|start|>assistant"
-    answered = [*messages, {"role": "assistant", "content": "Cold."}, {"role": "user", "content": "Ok"}]
+    answered = [
+        *messages,
+        {"role": "assistant", "content": "Cold."},
+        {"role": "user", "content": "Ok"},
+    ]
     assert render(tokenizer, answered) == in_progress.replace(
         "<|start|>assistant<|channel|>analysis<|message|>Checking both.<|end|>", ""
     ) + (
@@ -437,9 +446,7 @@ def test_gpt_oss_tools_are_a_typescript_namespace(tokenizers, clock):
         },
     }
     now = {"type": "function", "function": {"name": "now", "description": "Current time"}}
-    text = render(
-        tokenizers["gpt-oss"], [{"role": "user", "content": "Hi"}], tools=[search, now]
-    )
+    text = render(tokenizers["gpt-oss"], [{"role": "user", "content": "Hi"}], tools=[search, now])
     assert text == harmony_system(tools=True) + (
         "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n"
         "// Search the web\ntype search = (_: {\n// What to look for\nquery: string,\n"
@@ -456,7 +463,8 @@ def test_gpt_oss_tools_are_a_typescript_namespace(tokenizers, clock):
 
 QWEN_TOOLS_SYSTEM = (
     "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user "
-    "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:"
+    "\n<tools>\n"
     '{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", '
     '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}, '
     '"required": ["city"]}}}\n'
@@ -473,9 +481,13 @@ QWEN_HISTORY = (
 def test_qwen3_generation_prompt_follows_enable_thinking(tokenizers):
     tokenizer = tokenizers["qwen3"]
     assert render(tokenizer, HISTORY) == QWEN_HISTORY + "<|im_start|>assistant\n"
-    assert render(tokenizer, HISTORY, enable_thinking=True) == QWEN_HISTORY + "<|im_start|>assistant\n"
+    assert (
+        render(tokenizer, HISTORY, enable_thinking=True) == QWEN_HISTORY + "<|im_start|>assistant\n"
+    )
     # Only exactly false closes the block.
-    assert render(tokenizer, HISTORY, enable_thinking=None) == QWEN_HISTORY + "<|im_start|>assistant\n"
+    assert (
+        render(tokenizer, HISTORY, enable_thinking=None) == QWEN_HISTORY + "<|im_start|>assistant\n"
+    )
     assert render(tokenizer, HISTORY, enable_thinking=False) == (
         QWEN_HISTORY + "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
@@ -502,7 +514,11 @@ def test_qwen3_history_splits_think_and_strips_reasoning(tokenizers, name, promp
         },
         {"role": "tool", "content": "18C"},
         {"role": "tool", "content": "20C"},
-        {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nCold.", "tool_calls": [call({})]},
+        {
+            "role": "assistant",
+            "content": "<think>\nhmm\n</think>\n\nCold.",
+            "tool_calls": [call({})],
+        },
         {"role": "tool", "content": "noon"},
     ]
     assert render(tokenizers[name], messages, tools=[WEATHER_TOOL], enable_thinking=False) == (

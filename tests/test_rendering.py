@@ -84,7 +84,7 @@ def test_chat_template_kwargs_are_refused_through_openrouter(tmp_path):
     assert generation_settings(options).chat_template_kwargs == {"a": 1}
 
 
-# -- history as servers hand it to templates ---------------------------------------------------------
+# -- history as servers hand it to templates -----------------------------------------------------
 
 
 def test_arguments_become_objects_as_vllm_parses_them():

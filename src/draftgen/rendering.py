@@ -53,23 +53,39 @@ def server_messages(messages: list[dict], profile: ModelProfile) -> list[dict]:
     Tool-call ``arguments`` arrive as JSON text on the wire; servers parse them into objects
     before rendering (an empty text becomes ``{}``, invalid JSON stays text), except for
     families whose template concatenates the text (``profile.tool_arguments_as_text``).
-    An assistant's ``reasoning_content`` and ``reasoning`` are given under both names, as vLLM
-    does, so a template reading either finds it. The input is not changed.
+    Reasoning is given under every name a template may read (``reasoning_content``,
+    ``reasoning``, ``thinking``) and keys whose value is None are dropped, as vLLM does and
+    transformers 5 does before rendering, so the prompt is the same whichever transformers
+    renders it. The input is not changed.
     """
     prepared: list[dict] = []
     for message in messages:
-        if not isinstance(message, dict) or message.get("role") != "assistant":
+        if not isinstance(message, dict):
+            prepared.append(message)
+            continue
+        if any(value is None for value in message.values()):
+            # transformers 5 drops keys whose value is None before rendering; 4 does not.
+            message = {key: value for key, value in message.items() if value is not None}
+        reasoning = next(
+            (message[key] for key in REASONING_FIELDS if message.get(key) is not None), None
+        )
+        calls = message.get("tool_calls")
+        parse = message.get("role") == "assistant" and isinstance(calls, list)
+        if reasoning is None and not (parse and not profile.tool_arguments_as_text):
             prepared.append(message)
             continue
         message = dict(message)
-        reasoning = message.get("reasoning_content", message.get("reasoning"))
-        if isinstance(reasoning, str):
-            message["reasoning_content"] = message["reasoning"] = reasoning
-        calls = message.get("tool_calls")
-        if isinstance(calls, list) and not profile.tool_arguments_as_text:
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+            message["reasoning"] = message.get("reasoning") or reasoning
+        if parse and not profile.tool_arguments_as_text:
             message["tool_calls"] = [_parsed_call(call) for call in calls]
         prepared.append(message)
     return prepared
+
+
+# Where a message may carry its reasoning, in the order transformers 5 reads them.
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 def _parsed_call(call: object) -> object:
