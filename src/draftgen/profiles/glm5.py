@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from draftgen.profiles.base import ModelProfile
 from draftgen.profiles.fixture import QwenBpeFixture
+from draftgen.profiles.glm import GLM_TOKENS
 
 GLM5_TOOL_CALLS = "glm5"
 
@@ -79,40 +80,8 @@ ALIASES = {"glm-5.1": GLM5, "glm-5.2": GLM5, "glm-5.3": GLM5}
 # ranks are not available offline: the fixture uses Qwen's 151,643 ranks, reserves 151643..154819
 # and puts GLM-5's specials at their real ids, so special ids are real and ordinary ids are not.
 GLM5_FIRST_ID = 154820
-GLM5_TOKENS: tuple[str, ...] = (
-    "<|endoftext|>",
-    "[MASK]",
-    "[gMASK]",
-    "[sMASK]",
-    "<sop>",
-    "<eop>",
-    "<|system|>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|observation|>",
-    "<|begin_of_image|>",
-    "<|end_of_image|>",
-    "<|begin_of_video|>",
-    "<|end_of_video|>",
-    "<|begin_of_audio|>",
-    "<|end_of_audio|>",
-    "<|begin_of_transcription|>",
-    "<|end_of_transcription|>",
-    "<|code_prefix|>",
-    "<|code_middle|>",
-    "<|code_suffix|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-    "<arg_key>",
-    "</arg_key>",
-    "<arg_value>",
-    "</arg_value>",
-    "/nothink",
-)
+# The same added tokens, in the same order, as GLM-4.5/4.6 (only their first id moved).
+GLM5_TOKENS: tuple[str, ...] = GLM_TOKENS
 GLM5_SPECIAL_TOKENS: dict[int, str] = dict(enumerate(GLM5_TOKENS, start=GLM5_FIRST_ID))
 # As GLM-4.5's fixture: think and tool tokens are added with `special: false` (*unconfirmed*).
 GLM5_NON_SPECIAL = frozenset(GLM5_TOKENS[GLM5_TOKENS.index("<think>") :])
