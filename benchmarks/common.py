@@ -66,7 +66,7 @@ def read_prompts(path: Path):
 
 def prompt_token_counts(path: Path, count: int, spec: str | None = None) -> array:
     """The rendered-prompt length of every prompt, so the server's usage.prompt_tokens is right."""
-    from draftgen.tokenizer import encode_batch, load_tokenizer
+    from draftgen.tokens.tokenizer import encode_batch, load_tokenizer
 
     tokenizer = load_tokenizer(spec or TOKENIZER)
     render = prompt_renderer(tokenizer)
@@ -85,7 +85,7 @@ def prompt_token_counts(path: Path, count: int, spec: str | None = None) -> arra
 
 def prompt_renderer(tokenizer):
     """messages -> the prompt text a server renders (one renderer, the profile detected once)."""
-    from draftgen.rendering import ChatRenderer, resolve_profile, utc_now
+    from draftgen.tokens.rendering import ChatRenderer, resolve_profile, utc_now
 
     renderer = ChatRenderer(tokenizer, resolve_profile(tokenizer))
     now = utc_now()
@@ -96,7 +96,7 @@ def canned_answers(target_tokens: int, seed: int = 1, spec: str | None = None) -
     """VARIANTS answers of about ``target_tokens`` tokens (90% reasoning) and their exact count."""
     from draftgen.profiles import detect_profile
     from draftgen.simulator.textpool import compose
-    from draftgen.tokenizer import encode, full_vocab, load_tokenizer
+    from draftgen.tokens.tokenizer import encode, full_vocab, load_tokenizer
 
     tokenizer = load_tokenizer(spec or TOKENIZER)
     profile = detect_profile(full_vocab(tokenizer))

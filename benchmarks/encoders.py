@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/encoders.py --mb 2 --tokenizer fixture:kimi-k2.5-remote
 
 For each tokenizer: the tokenizer's own ``encode(text, add_special_tokens=False)`` one text at a
-time (the reference, what the SDK baseline does), then each candidate ``draftgen.fast_encoder``
-proves identical (the tiktoken encoding inside a remote-code class, the Rust ``tokenizers`` batch
+time (the reference, what the SDK baseline does), then each candidate
+``draftgen.tokens.fast_encoder`` proves identical (the tiktoken encoding inside a remote-code class,
+the Rust ``tokenizers`` batch
 call, fastokens), each in batches of 512 texts. Every candidate's ids are compared with the
 reference's; wall and CPU time (all threads) are measured around the encoding alone, after
 loading. Only ratios within one run mean anything on a shared machine.
@@ -54,8 +55,8 @@ def main() -> None:
     parser.add_argument("--tokenizer", action="append")
     parser.add_argument("--mb", type=float, default=8.0, help="megabytes of text per tokenizer")
     args = parser.parse_args()
-    from draftgen import fast_encoder
-    from draftgen.tokenizer import load_tokenizer
+    from draftgen.tokens import fast_encoder
+    from draftgen.tokens.tokenizer import load_tokenizer
 
     print(f"{os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.2f}")
     for spec in args.tokenizer or TOKENIZERS:

@@ -5,7 +5,7 @@
 
 Each shard store holds ``--rows`` completions (an answer of ``--answer-tokens`` tokens at ~4
 bytes of text a token) with a verified sample of prompt + answer ids, written straight into
-SQLite in draftgen's schema (no generation); the merge is ``draftgen.merge.merge_runs``, then
+SQLite in draftgen's schema (no generation); the merge is ``draftgen.store.merge.merge_runs``, then
 the merged store is exported (``specforge`` JSONL and ``parquet``). Last, ``--writer-rows``
 completions go through ``CompletionWriter`` (draftgen's live writer: WAL, ``synchronous=FULL``,
 one transaction per queue drain). docs/scaling.md scales these figures to 10M prompts.
@@ -25,10 +25,9 @@ from pathlib import Path
 
 import orjson
 
-from draftgen.export import export
-from draftgen.merge import merge_runs
+from draftgen.outputs.export import export
 from draftgen.records import Completion
-from draftgen.store import (
+from draftgen.store.database import (
     DB_NAME,
     INSERT_COMPLETION,
     INSERT_SAMPLE,
@@ -36,6 +35,7 @@ from draftgen.store import (
     CompletionWriter,
     Store,
 )
+from draftgen.store.merge import merge_runs
 
 PROMPT_TOKENS = 300
 

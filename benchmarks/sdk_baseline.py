@@ -22,7 +22,7 @@ async def main() -> None:
     parser.add_argument("--stream", action="store_true")
     args = parser.parse_args()
 
-    from draftgen.tokenizer import load_tokenizer
+    from draftgen.tokens.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER)
     semaphore = asyncio.Semaphore(args.concurrency)

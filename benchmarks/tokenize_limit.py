@@ -1,8 +1,8 @@
 """The machine's tokenizer limit: render every prompt and encode it and its answer, nothing else.
 
-``--encoder fast``: what draftgen encodes with (``draftgen.tokenizer.encode_batch``): the encoder
-proven on the first batch, fastokens from when the texts pay for its load; in batches on every
-core, the least tokenization work an exact-ids pipeline has to do, so the machine's limit.
+``--encoder fast``: what draftgen encodes with (``draftgen.tokens.tokenizer.encode_batch``): the
+encoder proven on the first batch, fastokens from when the texts pay for its load; in batches on
+every core, the least tokenization work an exact-ids pipeline has to do, so the machine's limit.
 ``--encoder reference``: the tokenizer's own ``encode(text, add_special_tokens=False)``, one text
 at a time, as the SDK baseline (and draftgen before issue 16, for the remote-code Kimi) encodes.
 ``--encoder tokenizers``: the Rust ``tokenizers`` batch call, issue 3's limit (tokenizer.json only).
@@ -25,9 +25,9 @@ def main() -> None:
     parser.add_argument("--answers", required=True)
     parser.add_argument("--encoder", choices=("fast", "reference", "tokenizers"), default="fast")
     args = parser.parse_args()
-    from draftgen import fast_encoder
-    from draftgen.tokenizer import encode_batch as draftgen_encode_batch
-    from draftgen.tokenizer import load_tokenizer
+    from draftgen.tokens import fast_encoder
+    from draftgen.tokens.tokenizer import encode_batch as draftgen_encode_batch
+    from draftgen.tokens.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(TOKENIZER)
     if args.encoder == "fast":

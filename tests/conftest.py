@@ -104,7 +104,7 @@ def _draftgen_in_process(args: list[str], extra: dict) -> subprocess.CompletedPr
     import contextlib
     import io
 
-    from draftgen import cli
+    from draftgen.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
     saved = {name: os.environ.get(name) for name in extra}

@@ -2,8 +2,8 @@
 same run directory: nothing is lost and no row is sent (or paid) twice.
 
 Each run is killed by SIGKILL from inside at a named step (``DRAFTGEN_BATCH_CRASH``, see
-``draftgen.batch.crash``): before the create, after the API accepted it but before its id was
-recorded, after recording it, in the middle of a results page, after a page, before the batch is
+``draftgen.generate.batch.crash``): before the create, after the API accepted it but before its id
+was recorded, after recording it, in the middle of a results page, after a page, before the batch is
 marked ingested, after it. The next run picks up from the store alone. At the end every planned
 turn is stored (or finally failed), the export equals the simulator's ground truth, and the
 simulator's own log shows no request body in two batches.
@@ -15,9 +15,9 @@ import pytest
 from batch_runs import batch_args, batch_sim, check_never_twice, read_log, store_rows
 from conftest import check_against_truth, draftgen, export_all, write_prompts
 
-from draftgen.batch.crash import CRASH_POINTS, CRASH_VARIABLE
-from draftgen.ingest import Conversation, read_conversations
-from draftgen.plan import plan_turns
+from draftgen.generate.batch.crash import CRASH_POINTS, CRASH_VARIABLE
+from draftgen.inputs.ingest import Conversation, read_conversations
+from draftgen.inputs.plan import plan_turns
 
 OPENROUTER_CHAIN = (
     "before_create",

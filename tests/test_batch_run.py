@@ -25,8 +25,8 @@ from batch_runs import (
 )
 from conftest import SECRET, SimProcess, check_against_truth, draftgen, export_all, run_args
 
-from draftgen import cli
-from draftgen.estimate import EstimateOptions, estimate, format_estimate
+from draftgen.cli import main as cli
+from draftgen.generate.estimate import EstimateOptions, estimate, format_estimate
 from draftgen.simulator import SimConfig, start_simulator
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "prompts.jsonl"

@@ -10,12 +10,12 @@ import aiohttp
 import orjson
 import pytest
 
-from draftgen.batch.dialects import BatchHttp, get_dialect
-from draftgen.batch.ingest import ingest
-from draftgen.batch.ledger import RESULTS_READ, Ledger, PlannedRow
-from draftgen.batch.submit import BatchTarget, nonce_of, reconcile, submit
+from draftgen.generate.batch.dialects import BatchHttp, get_dialect
+from draftgen.generate.batch.ingest import ingest
+from draftgen.generate.batch.ledger import RESULTS_READ, Ledger, PlannedRow
+from draftgen.generate.batch.submit import BatchTarget, nonce_of, reconcile, submit
 from draftgen.simulator import SimConfig, start_simulator
-from draftgen.store import CompletionWriter, Store
+from draftgen.store.database import CompletionWriter, Store
 
 MODEL = "moonshotai/kimi-k2.5"
 

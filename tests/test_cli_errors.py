@@ -16,9 +16,9 @@ from conftest import draftgen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen import cli
+from draftgen.cli import main as cli
 from draftgen.redact import redact
-from draftgen.store import Store
+from draftgen.store.database import Store
 
 KEY = "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"
 TOKENIZER = "fixture:kimi-k2.5"

@@ -10,10 +10,10 @@ import sqlite3
 import pytest
 from conftest import draftgen, write_prompts
 
-from draftgen import cli
-from draftgen.config import load_config
+from draftgen.cli.config import load_config
+from draftgen.cli import main as cli
 from draftgen.profiles import PROFILES
-from draftgen.store import RunLock
+from draftgen.store.database import RunLock
 
 TOKENIZER = "fixture:kimi-k2.5"
 
@@ -154,9 +154,7 @@ def test_a_run_in_progress_is_named_by_status_and_export(finished, tmp_path):
             status.stdout
         )
         status_json = draftgen("status", str(out), "--json", subprocess_only=True)
-        assert json.loads(status_json.stdout)["active_run"] == (
-            f"pid {_pid()}"
-        )
+        assert json.loads(status_json.stdout)["active_run"] == (f"pid {_pid()}")
         export = draftgen(
             "export", str(out), "--out", str(tmp_path / "a.jsonl"), subprocess_only=True
         )

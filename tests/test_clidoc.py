@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from draftgen import cli, clidoc
-from draftgen.config import load_config
+from draftgen.cli.config import load_config
+from draftgen.cli import doc as clidoc
+from draftgen.cli import main as cli
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RECIPE = DOCS / "recipes" / "kimi-k2.5-openrouter.md"
@@ -19,7 +20,7 @@ SHELL_OPERATORS = ("|", "&", ";", ">", "<", "2>", "&>")
 
 
 def test_cli_reference_is_current():
-    regenerate = "run: .venv/bin/python -m draftgen.clidoc > docs/cli.md"
+    regenerate = "run: .venv/bin/python -m draftgen.cli.doc > docs/cli.md"
     assert (DOCS / "cli.md").read_text(encoding="utf-8") == clidoc.render(), regenerate
 
 

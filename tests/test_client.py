@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from conftest import start_app
 
-from draftgen.client import (
+from draftgen.generate.client import (
     AdaptiveLimiter,
     ChatClient,
     FatalApiError,

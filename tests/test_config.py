@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from draftgen import cli
 from draftgen.backends import get_backend
-from draftgen.config import ConfigError, example_text, load_config, options_of, resolve
-from draftgen.endpoints import EndpointSpec
+from draftgen.cli.config import ConfigError, example_text, load_config, options_of, resolve
+from draftgen.cli import main as cli
+from draftgen.generate.endpoints import EndpointSpec
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
-from draftgen.store import Store, StoreError
+from draftgen.store.database import Store, StoreError
 
 TOKENIZER = "fixture:kimi-k2.5"
 

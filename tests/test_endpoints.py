@@ -21,9 +21,9 @@ from conftest import (
 )
 
 from draftgen.backends.openrouter import ApiError
-from draftgen.cli import build_parser, format_status
-from draftgen.client import AdaptiveLimiter, ChatClient, FatalApiError, RetryPolicy
-from draftgen.endpoints import (
+from draftgen.cli.main import build_parser, format_status
+from draftgen.generate.client import AdaptiveLimiter, ChatClient, FatalApiError, RetryPolicy
+from draftgen.generate.endpoints import (
     EJECTED,
     HEALTHY,
     REMOVED,
@@ -33,9 +33,9 @@ from draftgen.endpoints import (
     Router,
     endpoint_label,
 )
-from draftgen.mix import Suite, read_suite
-from draftgen.plan import plan_turns
-from draftgen.store import Store
+from draftgen.inputs.mix import Suite, read_suite
+from draftgen.inputs.plan import plan_turns
+from draftgen.store.database import Store
 
 TOKENIZER = "fixture:kimi-k2.5"
 SERVER_ERROR = ApiError("server_error", "Internal Server Error", True, False, False, None, 500)

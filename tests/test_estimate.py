@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from draftgen import cli
-from draftgen.estimate import EstimateError, EstimateOptions, estimate
-from draftgen.rendering import render_prompt
+from draftgen.cli import main as cli
+from draftgen.generate.estimate import EstimateError, EstimateOptions, estimate
 from draftgen.simulator import SimConfig, SimulatorThread
+from draftgen.tokens.rendering import render_prompt
 
 TOKENIZER = "fixture:kimi-k2.5"
 MODEL = "moonshotai/kimi-k2.5"  # the simulator lists this one with prices
@@ -117,7 +117,7 @@ def test_without_a_listing_the_flags_price_it(tmp_path):
 
 
 def test_multi_turn_rows_count_each_regenerated_turn(tmp_path):
-    from draftgen import tokenizer as tok
+    from draftgen.tokens import tokenizer as tok
 
     path = tmp_path / "m.jsonl"
     messages = [
@@ -154,7 +154,7 @@ def test_estimate_command_shares_runs_config_and_flags(tmp_path, monkeypatch, ca
     assert cli.main(["estimate", "--reasoning-effort", "high", "--backend", "vllm"]) == 2
     assert "does not take them" in capsys.readouterr().err
     with pytest.raises(EstimateError, match="weight is a share"):
-        from draftgen.mix import DatasetSpec
+        from draftgen.inputs.mix import DatasetSpec
 
         asyncio.run(
             estimate(

@@ -14,10 +14,10 @@ import pytest
 
 from draftgen.backends import BACKEND_NAMES, UnknownBackendError, get_backend
 from draftgen.backends.openrouter import ApiError
-from draftgen.pipeline import RunOptions, run
+from draftgen.generate.pipeline import RunOptions, run
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
-from draftgen.store import Store
+from draftgen.store.database import Store
 
 SETTINGS = GenerationSettings(model="m", max_tokens=None)
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -473,7 +473,7 @@ def test_logprobs_give_exact_content_ids_where_the_text_cannot(tmp_path, monkeyp
 
 
 def generate_prompt(ids=(1, 2, 3), stop_ids=(9,)):
-    from draftgen.native_turn import TokenPrompt
+    from draftgen.generate.native_turn import TokenPrompt
 
     return TokenPrompt("prompt", list(ids), list(stop_ids))
 
@@ -607,7 +607,7 @@ def test_generate_stream_failures():
 
 
 def test_split_reasoning_follows_the_prompt_and_the_profile_markers():
-    from draftgen.native_turn import split_reasoning
+    from draftgen.generate.native_turn import split_reasoning
     from draftgen.profiles import GLM, GPT_OSS, KIMI_K2, QWEN3
 
     tools = "<|tool_calls_section_begin|><|tool_call_begin|>f<|tool_calls_section_end|>"
@@ -638,8 +638,8 @@ def test_split_reasoning_follows_the_prompt_and_the_profile_markers():
     ],
 )
 def test_native_turns_stop_at_every_end_of_turn_of_the_family(fixture, stops):
-    from draftgen import tokenizer as tok
-    from draftgen.native_turn import native_turns
+    from draftgen.generate.native_turn import native_turns
+    from draftgen.tokens import tokenizer as tok
 
     turns = native_turns(f"fixture:{fixture}", None)
     prompt = turns.prompt(turns.renderer.render([{"role": "user", "content": "hi"}], None))

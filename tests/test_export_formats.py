@@ -15,8 +15,8 @@ import pytest
 from conftest import draftgen, read_jsonl
 from sample_runs import TOOLS, make_run
 
-from draftgen.export import ExportError, export, parquet_schema
-from draftgen.store import Store
+from draftgen.outputs.export import ExportError, export, parquet_schema
+from draftgen.store.database import Store
 
 METADATA = [
     "id",
@@ -147,7 +147,7 @@ def test_specforge_text_is_the_sent_messages_plus_the_answer(run_dir, reference,
 
 
 def test_unsplit_reasoning_and_leaked_end_of_turn_are_undone():
-    from draftgen.export import assistant_message
+    from draftgen.outputs.export import assistant_message
     from draftgen.profiles import get_profile
     from draftgen.records import Completion
 

@@ -22,13 +22,13 @@ import pytest
 from test_golden_matrix import SHAPES, TOOLS, USER, Family, case
 
 from draftgen.fixture_code.encoding_dsv4 import encode_messages, parse_message_from_completion_text
-from draftgen.fixtures import build_fixture
 from draftgen.profiles import detect_profile, get_profile
 from draftgen.profiles.deepseek_v4 import DEEPSEEK_V4
-from draftgen.reconstruct import reconstruct_sample
+from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import ChatRenderer, resolve_profile
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.fixtures import build_fixture
+from draftgen.tokens.rendering import ChatRenderer, resolve_profile
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
@@ -898,9 +898,9 @@ def simulated_run(tmp_path, monkeypatch, backend, effort, quirks=None, faults=No
     half with tools, some with a system message the tools join, some of two turns."""
     import asyncio
 
-    from draftgen.pipeline import RunOptions, run
+    from draftgen.generate.pipeline import RunOptions, run
     from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store import Store
+    from draftgen.store.database import Store
 
     rows = []
     for i in range(16):

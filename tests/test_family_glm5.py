@@ -28,13 +28,13 @@ from test_golden_matrix import (
     simulated_run,
 )
 
-from draftgen.pipeline import resolve_profile
+from draftgen.generate.pipeline import resolve_profile
 from draftgen.profiles import GLM, detect_profile, get_profile
 from draftgen.profiles.glm5 import GLM5
-from draftgen.reconstruct import reconstruct_sample
+from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import ChatRenderer, render_prompt
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.rendering import ChatRenderer, render_prompt
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 USER_ID, OBSERVATION_ID, ENDOFTEXT_ID = 154827, 154829, 154820
 MARKUP = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
@@ -440,9 +440,9 @@ def test_simulated_openrouter_run_under_quirks_never_verifies_a_wrong_sample(
 
 def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
     """(ground truth by generation id, exported rows) of an OpenRouter-dialect simulated run."""
-    from draftgen.pipeline import RunOptions, run
+    from draftgen.generate.pipeline import RunOptions, run
     from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store import Store
+    from draftgen.store.database import Store
 
     lines = [json.dumps(row, ensure_ascii=False) for row in rows]
     (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")

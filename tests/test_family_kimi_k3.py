@@ -18,10 +18,10 @@ import pytest
 
 from draftgen.profiles import detect_profile, get_profile
 from draftgen.profiles.kimi_k3 import KIMI_K3, segment_markup
-from draftgen.reconstruct import prompt_mode, read_completion, reconstruct_sample
+from draftgen.reconstruct.text import prompt_mode, read_completion, reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import ChatRenderer, request_variables, resolve_profile
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.rendering import ChatRenderer, request_variables, resolve_profile
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 END_OF_MSG, OPEN, CLOSE, SEP = "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"
 CONTROL_IDS = {END_OF_MSG: 163586, OPEN: 163587, CLOSE: 163588, SEP: 163589}
@@ -704,9 +704,9 @@ def simulated_run(
 ):
     """(ground truth by generation id, exported rows, text_check by key) of a 24-row run (8 of
     them with a second turn after a regenerated first)."""
-    from draftgen.pipeline import RunOptions, run
+    from draftgen.generate.pipeline import RunOptions, run
     from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store import Store
+    from draftgen.store.database import Store
 
     rows = []
     for i in range(24):
@@ -830,7 +830,7 @@ def test_request_variables_follow_openrouter_reasoning(renderer):
 
 
 def test_the_text_export_drops_k3_markup_a_provider_left(tokenizer):
-    from draftgen.export import assistant_message
+    from draftgen.outputs.export import assistant_message
 
     raw = REASONING + THINK_CLOSE + RESPONSE_OPEN + ANSWER + RESPONSE_CLOSE
     for reasoning, content in (
@@ -845,8 +845,8 @@ def test_the_text_export_drops_k3_markup_a_provider_left(tokenizer):
 def test_a_resume_sees_a_changed_encoding_k3(tmp_path):
     import shutil
 
-    from draftgen.fixtures import build_fixture
-    from draftgen.tokenizer import tokenizer_digest
+    from draftgen.tokens.fixtures import build_fixture
+    from draftgen.tokens.tokenizer import tokenizer_digest
 
     before, after = tmp_path / "before", tmp_path / "after"
     shutil.copytree(build_fixture("kimi-k3"), before)

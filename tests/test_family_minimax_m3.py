@@ -32,10 +32,10 @@ from test_golden_matrix import (
 
 from draftgen.profiles import MINIMAX_M2, detect_profile, get_profile
 from draftgen.profiles.minimax_m3 import MINIMAX_M3, NAMESPACE, write_tool_calls, xml_value
-from draftgen.reconstruct import reconstruct_sample
+from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import ChatRenderer, render_prompt
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.rendering import ChatRenderer, render_prompt
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 NS = NAMESPACE
 MARKUP = (

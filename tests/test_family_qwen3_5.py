@@ -30,12 +30,12 @@ from draftgen.profiles.qwen3_5 import (
     QWEN3_5_PATTERN,
     QWEN3_5_SPECIAL_TOKENS,
 )
-from draftgen.reconstruct import reconstruct_sample, token_bytes_table
-from draftgen.reconstruct_batch import reconstruct_batches
+from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.text import reconstruct_sample, token_bytes_table
+from draftgen.reconstruct.verify import TOOL_ARGUMENT_LITERAL_UNPROVEN
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import ChatRenderer, resolve_profile
-from draftgen.tokenizer import decode, encode, load_tokenizer
-from draftgen.verify import TOOL_ARGUMENT_LITERAL_UNPROVEN
+from draftgen.tokens.rendering import ChatRenderer, resolve_profile
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 NAMES = ("qwen3.5", "qwen3.6", "qwen3.8")
 XHIGH = (
@@ -792,9 +792,9 @@ def simulated_run(
     import asyncio
     import json
 
-    from draftgen.pipeline import RunOptions, run
+    from draftgen.generate.pipeline import RunOptions, run
     from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store import Store
+    from draftgen.store.database import Store
 
     rows = []
     for i in range(16):

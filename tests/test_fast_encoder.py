@@ -13,9 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen import fast_encoder
-from draftgen import tokenizer as tok
-from draftgen.fast_encoder import (
+from draftgen.fixture_code.tokenization_kimi_fixture import _split_long_runs
+from draftgen.profiles import detect_profile
+from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.text import (
+    EDGE_WHITESPACE,
+    CountFrom,
+    read_completion,
+    reconstruct_sample,
+    strips_are_invisible,
+)
+from draftgen.records import Completion, Rendering, StoredCompletion
+from draftgen.tokens import fast_encoder
+from draftgen.tokens import tokenizer as tok
+from draftgen.tokens.fast_encoder import (
     Candidate,
     Codec,
     TokenizersCodec,
@@ -23,19 +34,8 @@ from draftgen.fast_encoder import (
     reference_decode,
     reference_encode,
 )
-from draftgen.fixture_code.tokenization_kimi_fixture import _split_long_runs
-from draftgen.fixtures import FIXTURE_NAMES, build_fixture
-from draftgen.profiles import detect_profile
-from draftgen.reconstruct import (
-    EDGE_WHITESPACE,
-    CountFrom,
-    read_completion,
-    reconstruct_sample,
-    strips_are_invisible,
-)
-from draftgen.reconstruct_batch import reconstruct_batches
-from draftgen.records import Completion, Rendering, StoredCompletion
-from draftgen.tokenizer import load_tokenizer
+from draftgen.tokens.fixtures import FIXTURE_NAMES, build_fixture
+from draftgen.tokens.tokenizer import load_tokenizer
 
 SAMPLE = [
     "<|im_user|>user<|im_middle|>Why is the sky blue?<|im_end|><|im_assistant|>assistant"
@@ -66,7 +66,7 @@ def distinct_vocabularies(names) -> list[str]:
 
 
 # The default run checks fastokens on these; ``pytest -m long`` on every vocabulary of
-# draftgen.fixtures.FIXTURE_NAMES (fastokens takes seconds to load each).
+# draftgen.tokens.fixtures.FIXTURE_NAMES (fastokens takes seconds to load each).
 DEFAULT_FASTOKENS = ("kimi-k2.5", "kimi-k2.5-remote", "deepseek-v4")
 
 
@@ -201,7 +201,7 @@ def test_fast_codecs_equal_the_reference_on_random_text(name):
     limit=st.integers(1, 6),
 )
 def test_kimi_pieces_cut_where_moonshots_walk_cuts(text, limit):
-    import draftgen.fast_encoder as fe
+    import draftgen.tokens.fast_encoder as fe
 
     saved = (fe.MAX_RUN_CHARS, fe._LONG_RUN)
     fe.MAX_RUN_CHARS = limit
@@ -294,7 +294,7 @@ def test_counts_from_a_known_text_equal_full_counts(name):
 
 
 def test_strips_are_invisible_in_one_batch_as_one_at_a_time():
-    from draftgen.reconstruct import strip_is_invisible
+    from draftgen.reconstruct.text import strip_is_invisible
 
     tokenizer = load_tokenizer("fixture:kimi-k2.5")
     contents = ["```\n$ ls -la\n```", "Hello there.", "", " spaced ", "a\n\nb"]

@@ -13,8 +13,8 @@ from jinja2 import TemplateError
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from draftgen.profiles import DEEPSEEK_V3
-from draftgen.rendering import ChatRenderer
-from draftgen.tokenizer import encode, load_tokenizer
+from draftgen.tokens.rendering import ChatRenderer
+from draftgen.tokens.tokenizer import encode, load_tokenizer
 
 WEATHER_TOOL = {
     "type": "function",

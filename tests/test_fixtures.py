@@ -12,11 +12,11 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3, detect_profile
 from draftgen.profiles.kimi import KIMI_SPECIAL_TOKENS
-from draftgen.rendering import render_prompt
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
+from draftgen.tokens.rendering import render_prompt
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 KIMI_NAMES = ("kimi-k2.5", "kimi-k2-thinking")
 
@@ -286,7 +286,7 @@ def test_concurrent_builds_share_one_complete_directory(tmp_path):
 
 
 def test_the_version_sees_the_template(tmp_path, monkeypatch):
-    import draftgen.fixtures as fixtures
+    import draftgen.tokens.fixtures as fixtures
 
     before = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
     original = fixtures._read_template
@@ -973,7 +973,7 @@ def test_deepseek_v32_ships_its_encoder_and_no_template(tmp_path, tokenizers):
 
 
 def test_the_version_sees_the_encoder(tmp_path, monkeypatch):
-    import draftgen.fixtures as fixtures
+    import draftgen.tokens.fixtures as fixtures
 
     before = build_fixture("deepseek-v3.2", cache_dir=tmp_path)
     original = fixtures._read_encoder

@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from draftgen.pipeline import resolve_profile
-from draftgen.reconstruct import reconstruct_sample
+from draftgen.generate.pipeline import resolve_profile
+from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import ChatRenderer, render_prompt
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.rendering import ChatRenderer, render_prompt
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -489,9 +489,9 @@ def simulated_run(tmp_path, monkeypatch, fixture: str, backend: str, quirks: dic
     import asyncio
     import json
 
-    from draftgen.pipeline import RunOptions, run
+    from draftgen.generate.pipeline import RunOptions, run
     from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store import Store
+    from draftgen.store.database import Store
 
     family = FAMILIES[fixture]
     forced = family.profile if family.forced else None

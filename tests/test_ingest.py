@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftgen.ingest import Conversation, Rejection, read_conversations
+from draftgen.inputs.ingest import Conversation, Rejection, read_conversations
 
 
 def write_lines(path, lines):
@@ -112,7 +112,7 @@ def test_reader_never_raises_on_arbitrary_bytes(tmp_path_factory, data):
 
 
 def test_hostile_rows(tmp_path, monkeypatch):
-    import draftgen.ingest as ingest
+    import draftgen.inputs.ingest as ingest
 
     monkeypatch.setattr(ingest, "MAX_ROW_BYTES", 1 << 20)
     nested = "[" * 5000 + "]" * 5000
@@ -148,7 +148,7 @@ NO_USER = {"messages": [{"role": "system", "content": "x"}]}
 
 
 def test_json_array_rows_are_numbered_by_position_and_keep_jsonl_ids(tmp_path):
-    from draftgen.ingest import InputError
+    from draftgen.inputs.ingest import InputError
 
     path = tmp_path / "rows.json"
     path.write_text(json.dumps([GOOD, "text", NO_USER, UNNAMED], indent=2))
@@ -189,7 +189,7 @@ def write_parquet(path, rows, row_group_size=None):
 def test_parquet_rows_stream_in_batches_with_row_numbers(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    from draftgen import ingest
+    from draftgen.inputs import ingest
 
     rows = [
         {"id": f"p{i}", "messages": [{"role": "user", "content": f"q{i}", "name": None}]}
@@ -227,7 +227,7 @@ def test_parquet_rows_stream_in_batches_with_row_numbers(tmp_path, monkeypatch):
 def test_local_hf_datasets_from_save_to_disk_and_load_dataset(tmp_path):
     import datasets
 
-    from draftgen import ingest
+    from draftgen.inputs import ingest
 
     rows = [GOOD, NO_USER, {"id": "c", "messages": [{"role": "user", "content": "yo"}]}]
     saved = tmp_path / "saved"
@@ -338,7 +338,7 @@ def test_glaive_rows_become_messages_with_tools_and_tool_turns(tmp_path):
 
 
 def test_input_format_flag_and_key_reach_the_reader(tmp_path, monkeypatch, capsys):
-    from draftgen import cli
+    from draftgen.cli import main as cli
 
     monkeypatch.chdir(tmp_path)
     rows = [{"id": f"p{i}", "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(4)]

@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from draftgen import cli, logs
-from draftgen.progress import ProgressDisplay, RunProgress
+from draftgen import logs
+from draftgen.cli import main as cli
+from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.simulator import SimConfig, SimulatorThread
 
 TOKENIZER = "fixture:kimi-k2.5"

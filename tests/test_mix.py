@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from draftgen.ingest import Conversation, Rejection
-from draftgen.mix import (
+from draftgen.generate.pipeline import RunError, count_rows
+from draftgen.inputs.ingest import Conversation, Rejection
+from draftgen.inputs.mix import (
     DatasetSpec,
     MixError,
     RowIndex,
@@ -19,7 +20,6 @@ from draftgen.mix import (
     read_suite,
     shares,
 )
-from draftgen.pipeline import RunError, count_rows
 
 
 def rows_file(path: Path, count: int, prefix: str = "r", blank_every: int = 0) -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from draftgen.ingest import Conversation
-from draftgen.plan import build_messages, plan_turns
+from draftgen.inputs.ingest import Conversation
+from draftgen.inputs.plan import build_messages, plan_turns
 
 
 def conv(messages, tools=None, source_id="s"):
@@ -85,7 +85,7 @@ def test_keys_are_content_addressed():
 
 
 def test_sample_zero_keeps_the_key_and_other_samples_get_their_own():
-    from draftgen.plan import original_answers, sample_chains
+    from draftgen.inputs.plan import original_answers, sample_chains
 
     row = conv(
         [

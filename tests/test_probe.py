@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from conftest import draftgen, free_port, start_app, write_prompts
 
-from draftgen.pipeline import RunError, RunOptions, run
-from draftgen.probe import ProbeError, probe_endpoints
+from draftgen.generate.pipeline import RunError, RunOptions, run
+from draftgen.generate.probe import ProbeError, probe_endpoints
 from draftgen.simulator import SimConfig, SimulatorThread
 
 TOKENIZER = "fixture:kimi-k2.5"
@@ -183,9 +183,9 @@ def test_a_run_records_where_its_data_came_from(tmp_path, monkeypatch):
 
 
 def test_a_merge_keeps_every_source_of_its_shards(tmp_path, monkeypatch):
-    from draftgen import cli
-    from draftgen.merge import merge_runs
-    from draftgen.store import Store
+    from draftgen.cli import main as cli
+    from draftgen.store.database import Store
+    from draftgen.store.merge import merge_runs
 
     monkeypatch.chdir(tmp_path)
     write_prompts(tmp_path / "p.jsonl", 6, invalid=False)

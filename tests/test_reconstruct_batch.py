@@ -8,12 +8,12 @@ import threading
 import pytest
 from conftest import write_prompts
 
-from draftgen.pipeline import RunOptions, reconstruct_all, resolve_profile, run
-from draftgen.reconstruct import reconstruct_sample
-from draftgen.reconstruct_batch import PreEncodedTokenizer, reconstruct_batches
+from draftgen.generate.pipeline import RunOptions, reconstruct_all, resolve_profile, run
+from draftgen.reconstruct.batch import PreEncodedTokenizer, reconstruct_batches
+from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.simulator import SimConfig, SimulatorThread
-from draftgen.store import Store
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.store.database import Store
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 QUIRKS = {
     "drift": 0.1,

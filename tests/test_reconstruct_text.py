@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3
-from draftgen.reconstruct import delimiter_prefixes, prompt_mode, read_completion
+from draftgen.reconstruct.text import delimiter_prefixes, prompt_mode, read_completion
 from draftgen.records import Completion
 
 K25_PROMPT = "<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
@@ -89,8 +89,8 @@ def test_qwen3_layout_keeps_whitespace_verbatim():
 
 
 def test_strip_invisible_on_both_edges_at_once():
-    from draftgen.reconstruct import strip_is_invisible
-    from draftgen.tokenizer import encode, load_tokenizer
+    from draftgen.reconstruct.text import strip_is_invisible
+    from draftgen.tokens.tokenizer import encode, load_tokenizer
 
     tokenizer = load_tokenizer("fixture:kimi-k2.5")
     stripped = "```\n$ ls -la\n```"

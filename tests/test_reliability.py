@@ -15,7 +15,7 @@ import pytest
 from conftest import SECRET, SimProcess, draftgen, run_args, write_prompts
 
 from draftgen.records import Completion
-from draftgen.store import CompletionWriter, Store, StoreError
+from draftgen.store.database import CompletionWriter, Store, StoreError
 
 TOKENIZER = "fixture:kimi-k2.5"
 

@@ -20,10 +20,10 @@ import transformers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.profiles import KIMI_K2
-from draftgen.rendering import ChatRenderer
-from draftgen.tokenizer import TokenizerLoadError, decode, encode, load_tokenizer
+from draftgen.tokens.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
+from draftgen.tokens.rendering import ChatRenderer
+from draftgen.tokens.tokenizer import TokenizerLoadError, decode, encode, load_tokenizer
 
 TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
@@ -176,7 +176,7 @@ def render(tokenizer, messages, tools=None, **variables):
 
 
 def ids_of_chat(tokenizer, messages, **variables):
-    from draftgen.rendering import ids_of
+    from draftgen.tokens.rendering import ids_of
 
     return ids_of(
         tokenizer.apply_chat_template(
@@ -233,7 +233,7 @@ def test_fixture_is_listed_and_laid_out_like_kimis_repository():
 
 
 def test_the_class_version_is_in_the_fixture_version(tmp_path, monkeypatch):
-    import draftgen.fixtures as fixtures
+    import draftgen.tokens.fixtures as fixtures
 
     before = build_fixture("kimi-k2.5-remote", cache_dir=tmp_path)
     original = fixtures._read_encoder

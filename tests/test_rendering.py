@@ -10,21 +10,21 @@ import json
 
 import pytest
 
-from draftgen.pipeline import RunError, RunOptions, run
+from draftgen.generate.pipeline import RunError, RunOptions, run
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, QWEN3, get_profile
-from draftgen.reconstruct import reconstruct_sample
-from draftgen.reconstruct_batch import reconstruct_batches
+from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, GenerationSettings, Rendering, StoredCompletion
-from draftgen.rendering import (
+from draftgen.simulator import SimConfig, SimulatorThread
+from draftgen.store.database import Store, StoreError
+from draftgen.tokens.rendering import (
     ChatRenderer,
     request_variables,
     resolve_profile,
     server_messages,
     tokenizer_encodes_chat,
 )
-from draftgen.simulator import SimConfig, SimulatorThread
-from draftgen.store import Store, StoreError
-from draftgen.tokenizer import encode, load_tokenizer
+from draftgen.tokens.tokenizer import encode, load_tokenizer
 
 CALL = {
     "id": "call_1",
@@ -76,7 +76,7 @@ def test_chat_template_kwargs_are_refused_through_openrouter(tmp_path):
     options = RunOptions(
         inputs=[], model="m", tokenizer="fixture:qwen3", out=tmp_path, chat_template_kwargs={"a": 1}
     )
-    from draftgen.pipeline import generation_settings
+    from draftgen.generate.pipeline import generation_settings
 
     with pytest.raises(RunError, match="--chat-template-kwargs is for vLLM/SGLang"):
         generation_settings(options)
@@ -409,8 +409,8 @@ def test_a_chat_encoder_no_profile_knows_is_refused(tmp_path):
 
     import transformers
 
-    from draftgen.fixtures import build_fixture
     from draftgen.profiles import UnknownProfileError
+    from draftgen.tokens.fixtures import build_fixture
 
     copy_dir = tmp_path / "v41"
     shutil.copytree(build_fixture("deepseek-v3.2"), copy_dir)

@@ -121,7 +121,7 @@ def test_every_chart_has_axis_titles_and_colours_that_mean_something(run_dir, re
         assert f'class="axis-title">{unit}<' in page, unit
     assert "seconds since the first completion" in page and "prompt length (tokens)" in page
     # Provider bars are coloured by their verified share, and the legend says so.
-    from draftgen.report import share_colour
+    from draftgen.outputs.report import share_colour
 
     for provider in report["providers"]:
         colour = share_colour(provider["verified_share"])
@@ -131,7 +131,7 @@ def test_every_chart_has_axis_titles_and_colours_that_mean_something(run_dir, re
 
 
 def test_throughput_shows_a_pause_as_a_pause():
-    from draftgen.report import render_html, throughput
+    from draftgen.outputs.report import render_html, throughput
 
     # Two sessions of work, 10 s each, 2 hours apart (Ctrl-C, then a resume).
     times = [1000.0 + i * 0.5 for i in range(21)] + [8210.0 + i * 0.5 for i in range(21)]
@@ -142,7 +142,7 @@ def test_throughput_shows_a_pause_as_a_pause():
     # The buckets cover the 20 s of work, not 2 hours of empty ones.
     assert data["bucket_seconds"] == 0.5 and len(data["points"]) == 42
     assert {p["segment"] for p in data["points"]} == {0, 1}
-    from draftgen.report import throughput_chart
+    from draftgen.outputs.report import throughput_chart
 
     chart = throughput_chart(data)
     assert "<title>paused 2:00:00</title>" in chart and "paused 2:00:00</p>" in chart

@@ -14,17 +14,17 @@ import sqlite3
 import pytest
 from conftest import write_prompts
 
-from draftgen.ingest import read_conversations
-from draftgen.pipeline import (
+from draftgen.generate.pipeline import (
     RunOptions,
     SourceIds,
     StoredTurns,
     run,
 )
-from draftgen.plan import plan_turns
-from draftgen.reconstruct import COMPLETE_FINISH_REASONS
+from draftgen.inputs.ingest import read_conversations
+from draftgen.inputs.plan import plan_turns
+from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.simulator import SimConfig, SimulatorThread
-from draftgen.store import Store, StoreError
+from draftgen.store.database import Store, StoreError
 
 TOKENIZER = "fixture:kimi-k2.5"
 

@@ -13,12 +13,12 @@ from conftest import SimProcess, draftgen, export_all, read_jsonl, run_args, wri
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draftgen import cli
-from draftgen.config import ConfigError, load_config
-from draftgen.merge import MergeError, merge_runs, merged_shard_label
+from draftgen.cli.config import ConfigError, load_config
+from draftgen.cli import main as cli
+from draftgen.inputs.shard import Shard, ShardError, parse_shard, stable_bucket
 from draftgen.records import Completion, TokenSample
-from draftgen.shard import Shard, ShardError, parse_shard, stable_bucket
-from draftgen.store import CompletionWriter, RunLock, Store, StoreError
+from draftgen.store.database import CompletionWriter, RunLock, Store, StoreError
+from draftgen.store.merge import MergeError, merge_runs, merged_shard_label
 
 TOKENIZER = "fixture:kimi-k2.5"
 SHARDS = 3
@@ -353,7 +353,7 @@ def test_shard_is_a_config_key(tmp_path):
 
 
 def test_check_shard_records_a_new_run_and_reads_older_and_merged_ones(tmp_path):
-    from draftgen.pipeline import RunError, check_shard
+    from draftgen.generate.pipeline import RunError, check_shard
 
     with Store(tmp_path / "new") as store:
         check_shard(store, Shard(2, 5), tmp_path / "new")

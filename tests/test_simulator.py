@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from draftgen.profiles import detect_profile
-from draftgen.rendering import render_prompt
 from draftgen.simulator import FAULTS, QUIRKS, SimConfig, SimulatorThread, start_simulator
 from draftgen.simulator.model import token_table
-from draftgen.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.rendering import render_prompt
+from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 FIXTURES = ("kimi-k2.5", "kimi-k2-thinking", "qwen3", "deepseek-v3-thinking")
 # (think_start, think_end, end_of_turn) ids and where the generation prompt leaves the model.

@@ -28,8 +28,8 @@ from conftest import (
     write_prompts,
 )
 
-from draftgen.ingest import Conversation, read_conversations
-from draftgen.plan import plan_turns
+from draftgen.inputs.ingest import Conversation, read_conversations
+from draftgen.inputs.plan import plan_turns
 
 pytestmark = pytest.mark.soak
 

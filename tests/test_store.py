@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftgen.records import Completion, TokenSample
-from draftgen.store import CompletionWriter, RunLock, Store, StoreError
+from draftgen.store.database import CompletionWriter, RunLock, Store, StoreError
 
 
 def test_settings_mismatch_refuses_with_both_values(tmp_path):
@@ -36,7 +36,7 @@ def test_second_process_cannot_take_the_lock(tmp_path):
     lock = RunLock(tmp_path)
     lock.acquire()
     code = (
-        "import sys; from draftgen.store import RunLock, StoreError\n"
+        "import sys; from draftgen.store.database import RunLock, StoreError\n"
         f"try:\n    RunLock({str(tmp_path)!r}).acquire()\nexcept StoreError as e:\n"
         "    print(e); sys.exit(3)\n"
     )
@@ -116,7 +116,7 @@ _json_values = st.recursive(
 def test_a_raw_message_comes_back_as_sent_while_its_texts_are_stored_once(
     reasoning, content, extra
 ):
-    from draftgen.store import pack_message, unpack_message
+    from draftgen.store.database import pack_message, unpack_message
 
     message = {**extra, "content": content, "reasoning": reasoning}
     if reasoning:

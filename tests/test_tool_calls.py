@@ -17,10 +17,10 @@ from draftgen.profiles import (
     ModelProfile,
     ToolCallFormatError,
 )
-from draftgen.reconstruct import read_completion, reconstruct_sample
+from draftgen.reconstruct.text import read_completion, reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.rendering import render_prompt
-from draftgen.tokenizer import encode, load_tokenizer
+from draftgen.tokens.rendering import render_prompt
+from draftgen.tokens.tokenizer import encode, load_tokenizer
 
 TOOLS = [
     {

@@ -17,7 +17,7 @@ import pytest
 from conftest import draftgen, read_jsonl
 from sample_runs import make_run
 
-from draftgen.vocab import VocabError, build_mapping, write_mapping, write_torch_tensors
+from draftgen.outputs.vocab import VocabError, build_mapping, write_mapping, write_torch_tensors
 
 STORAGE_DTYPES = {"LongStorage": np.int64, "BoolStorage": np.bool_}
 
@@ -170,7 +170,7 @@ def read_jsonl_all(run_dir, tmp_path):
 
 
 def test_a_run_without_samples_is_refused(tmp_path):
-    from draftgen.store import Store
+    from draftgen.store.database import Store
 
     Store(tmp_path / "empty").close()
     result = draftgen(

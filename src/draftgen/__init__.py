@@ -16,12 +16,12 @@ _EXPORTS = {
     "Run": "draftgen.api",
     "RunDir": "draftgen.api",
     "Snapshot": "draftgen.api",
-    "RunOptions": "draftgen.pipeline",
-    "RunSummary": "draftgen.pipeline",
+    "RunOptions": "draftgen.generate.pipeline",
+    "RunSummary": "draftgen.generate.pipeline",
     "DraftgenError": "draftgen.errors",
-    "merge_runs": "draftgen.merge",
-    "estimate": "draftgen.estimate",
-    "EstimateOptions": "draftgen.estimate",
+    "merge_runs": "draftgen.store.merge",
+    "estimate": "draftgen.generate.estimate",
+    "EstimateOptions": "draftgen.generate.estimate",
 }
 
 __all__ = ["__version__", *_EXPORTS]

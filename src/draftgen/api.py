@@ -16,8 +16,14 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftgen.pipeline import RunOptions, RunSummary, open_existing, reconstruct_pending, run
-from draftgen.store import RunLock, Store
+from draftgen.generate.pipeline import (
+    RunOptions,
+    RunSummary,
+    open_existing,
+    reconstruct_pending,
+    run,
+)
+from draftgen.store.database import RunLock, Store
 
 
 class Run:
@@ -83,7 +89,7 @@ class RunDir:
         self, fmt: str, out: str | Path, include_unverified: bool = False
     ) -> tuple[int, Snapshot]:
         """Write ``fmt`` (specforge, specforge-text, parquet, hf) to ``out``: (rows, snapshot)."""
-        from draftgen.export import export
+        from draftgen.outputs.export import export
 
         with open_existing(self.path) as store:
             snapshot = self._prepare(store)
@@ -91,7 +97,7 @@ class RunDir:
 
     def report(self, out_dir: str | Path | None = None) -> tuple[Path, Path]:
         """Write ``report.json`` and ``report.html`` (into the run directory by default)."""
-        from draftgen.report import write_report
+        from draftgen.outputs.report import write_report
 
         with open_existing(self.path) as store:
             return write_report(store, Path(out_dir) if out_dir else None)
@@ -105,7 +111,7 @@ class RunDir:
     ):
         """SpecForge's draft vocabulary of ``size`` ids, written to ``out``: (mapping, paths,
         the target vocabulary size used, snapshot). The target size defaults to the tokenizer's."""
-        from draftgen.vocab import build_from_store, target_vocab_size, write_mapping
+        from draftgen.outputs.vocab import build_from_store, target_vocab_size, write_mapping
 
         with open_existing(self.path) as store:
             snapshot = self._prepare(store)

@@ -41,7 +41,8 @@ class Backend:
     needs_api_key: bool = True
     # Whether request_body takes the rendered prompt (``prompt=TokenPrompt``, keyword) instead
     # of the server rendering ``messages``; the pipeline then also fills in the completion's
-    # prompt ids and reasoning split (``draftgen.native_turn``), keeping tokenizers out of here.
+    # prompt ids and reasoning split (``draftgen.generate.native_turn``), keeping tokenizers out
+    # of here.
     needs_prompt_ids: bool = False
     # The server family that speaks this format: the simulator dialect that answers it.
     server: str = ""

@@ -14,7 +14,7 @@ cumulative by default and deltas on servers started with incremental streaming o
 ``{"error": {"message": ...}}``: an HTTP 400 body, or a stream event.
 
 The server returns no prompt ids and no reasoning split: the pipeline fills both in
-(``draftgen.native_turn``), so this module knows the wire and nothing of tokenizers.
+(``draftgen.generate.native_turn``), so this module knows the wire and nothing of tokenizers.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from draftgen.backends.vllm import token_ids_of
 from draftgen.records import Completion, GenerationSettings
 
 if TYPE_CHECKING:
-    from draftgen.native_turn import TokenPrompt
+    from draftgen.generate.native_turn import TokenPrompt
 
 MISSING_IDS_HINT = (
     "use an SGLang release whose /generate returns output_ids, or --backend sglang for its chat "
@@ -124,7 +124,7 @@ def completion_of(output_ids: object, meta: object) -> Completion:
         generation_id=base._str_or_none(meta.get("id")),
         provider=None,
         model=None,
-        reasoning=None,  # split from the ids by draftgen.native_turn
+        reasoning=None,  # split from the ids by draftgen.generate.native_turn
         content=None,
         tool_calls=None,  # /generate parses nothing: tool-call markup stays in the text
         finish_reason=kind,

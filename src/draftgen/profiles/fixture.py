@@ -1,4 +1,5 @@
-"""How a family's offline test tokenizer ("fixture") is made; ``draftgen.fixtures`` builds them.
+"""How a family's offline test tokenizer ("fixture") is made; ``draftgen.tokens.fixtures``
+builds them.
 
 A family module lists its fixtures as values of these classes; nothing here reads a file.
 """

@@ -100,7 +100,7 @@ class SimConfigError(DraftgenError, ValueError):
 
 @dataclass
 class SimConfig:
-    tokenizer: str  # spec for draftgen.tokenizer.load_tokenizer
+    tokenizer: str  # spec for draftgen.tokens.tokenizer.load_tokenizer
     profile: str | None = None  # None: detect_profile(tokenizer.get_vocab())
     seed: int = 0
     faults: dict[str, float] = field(default_factory=dict)  # fault name -> probability/request

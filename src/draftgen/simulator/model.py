@@ -15,7 +15,7 @@ from typing import Any
 
 from draftgen.profiles import HARMONY_TOOL_CALLS, SPECIAL_SHAPED, ModelProfile
 from draftgen.simulator.textpool import compose
-from draftgen.tokenizer import decode, encode
+from draftgen.tokens.tokenizer import decode, encode
 
 # Where the generation prompt leaves the model (decided from the rendered prompt's end).
 FORCED = "forced"  # prompt ends with think_start: the model writes reasoning, then think_end
@@ -147,7 +147,7 @@ class TokenTable:
 
 @functools.lru_cache(maxsize=8)
 def token_table(tokenizer_spec: str, profile: ModelProfile) -> TokenTable:
-    from draftgen.tokenizer import load_tokenizer
+    from draftgen.tokens.tokenizer import load_tokenizer
 
     return TokenTable(load_tokenizer(tokenizer_spec), profile)
 

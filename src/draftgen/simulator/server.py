@@ -23,7 +23,6 @@ import orjson
 from aiohttp import web
 
 from draftgen.profiles import ModelProfile, get_profile
-from draftgen.rendering import ChatRenderer, resolve_profile
 from draftgen.simulator import wire
 from draftgen.simulator.config import (
     DELIVERING_FAULTS,
@@ -50,7 +49,8 @@ from draftgen.simulator.model import (
     prompt_layout,
     token_table,
 )
-from draftgen.tokenizer import load_tokenizer
+from draftgen.tokens.rendering import ChatRenderer, resolve_profile
+from draftgen.tokens.tokenizer import load_tokenizer
 
 API_PREFIX = "/api/v1"
 SIMULATOR_KEY_LABEL = "draftgen simulator (synthetic data)"

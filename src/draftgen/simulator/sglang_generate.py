@@ -22,7 +22,7 @@ from draftgen.simulator.exchange import ChatRequest, RenderedPrompt
 from draftgen.simulator.exchange import close_connection as _close
 from draftgen.simulator.exchange import seeded_rng as _rng
 from draftgen.simulator.model import ModelOutput, prompt_layout
-from draftgen.tokenizer import decode, encode
+from draftgen.tokens.tokenizer import decode, encode
 
 if TYPE_CHECKING:
     from draftgen.simulator.server import Simulator

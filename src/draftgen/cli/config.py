@@ -1,0 +1,528 @@
+"""draftgen.toml: every ``run`` flag as a key of a file, checked against the parser it comes from.
+
+The keys are the run parser's own options (``--max-tokens`` is ``max_tokens``), so a new flag is a
+new key with the same type and choices; only the tables (``[[datasets]]``, ``[openrouter]``) and
+the estimate-only ``[estimate]`` keys are described here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from draftgen.errors import DraftgenError
+from draftgen.inputs.mix import DatasetSpec
+
+CONFIG_NAME = "draftgen.toml"
+# Options about finding the file itself: they have no key in it.
+META_DESTS = frozenset({"help", "config", "no_config", "force"})
+# Keys of flags that were renamed: a file with the old key still means the same setting.
+RENAMED_KEYS = {"samples": "completions_per_turn"}
+DATASET_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "path": (str, "a file path"),
+    "name": (str, "a name (the rows' ids become NAME/ID)"),
+    "limit": (int, "a positive integer"),
+    "shuffle": (bool, "true or false"),
+    "seed": (int, "an integer"),
+    "weight": ((int, float), "a number above 0"),
+    "format": (str, "an input format name"),
+}
+
+
+class ConfigError(DraftgenError, ValueError):
+    """A config file that cannot be used; the message names the file, the key and the fix."""
+
+
+def defer_defaults(parser: argparse.ArgumentParser) -> None:
+    """Keep ``parser``'s defaults out of ``parse_args``, so given flags can be told apart.
+
+    The defaults move onto the actions (``draftgen_default``); ``resolve`` lays defaults, then
+    the file, then the flags given over one another. Actions shared by several parsers keep the
+    first default recorded.
+    """
+    for action in parser._actions:
+        if action.dest in (argparse.SUPPRESS, "help") or action.default == argparse.SUPPRESS:
+            continue
+        action.draftgen_default = action.default
+        action.default = argparse.SUPPRESS
+
+
+def share_arguments(
+    source: argparse.ArgumentParser, target: argparse.ArgumentParser, dests: tuple[str, ...]
+) -> None:
+    """Give ``target`` the very option objects of ``source`` named by ``dests`` (no copies)."""
+    actions = {action.dest: action for action in source._actions}
+    for dest in dests:
+        actions[dest].draftgen_shared = True
+        target._add_action(actions[dest])
+
+
+def options_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's options by key (dest), the ones about the config file left out."""
+    return {
+        action.dest: action
+        for action in parser._actions
+        if action.option_strings and action.dest not in META_DESTS
+    }
+
+
+def find_config(args: argparse.Namespace) -> Path | None:
+    """``--config FILE``, else ``./draftgen.toml`` if there is one (unless ``--no-config``)."""
+    given = getattr(args, "config", None)
+    if given is not None:
+        path = Path(given)
+        if not path.is_file():
+            raise ConfigError(f"--config {path} does not exist; run draftgen init to write one")
+        return path
+    if getattr(args, "no_config", False):
+        return None
+    local = Path(CONFIG_NAME)
+    return local if local.is_file() else None
+
+
+def resolve(
+    args: argparse.Namespace,
+    run_parser: argparse.ArgumentParser,
+    tables: dict[str, argparse.ArgumentParser] | None = None,
+    command: str = "run",
+) -> tuple[argparse.Namespace, Path | None]:
+    """Defaults, then the config file, then the flags given: the namespace ``command`` runs with.
+
+    The file's top-level keys are the options of ``run_parser``; ``tables`` maps a table name
+    (``estimate``) to the parser whose own options it holds. Everything in the file is checked,
+    whichever command reads it; keys the command has no option for are then left out. Returns
+    the namespace and the file read (None if none).
+    """
+    tables = tables or {}
+    command_parser = tables.get(command, run_parser)
+    path = find_config(args)
+    values: dict[str, Any] = {
+        dest: getattr(action, "draftgen_default", action.default)
+        for dest, action in options_of(command_parser).items()
+    }
+    values.update(datasets=None, provider=None, endpoints=None)
+    if path is not None:
+        from_file = load_config(path, run_parser, tables)
+        if "input" in vars(args):
+            from_file.pop("datasets", None)  # --input replaces the file's datasets too
+        if "base_url" in vars(args):
+            from_file.pop("endpoints", None)  # and --base-url the file's endpoints
+        for key, value in from_file.items():
+            table, _, own = key.rpartition(".")
+            if table in ("", command) and own in values:
+                values[own] = value
+    values.update(
+        {k: v for k, v in vars(args).items() if k not in ("config", "no_config", "command")}
+    )
+    return argparse.Namespace(**values), path
+
+
+def load_config(
+    path: Path,
+    run_parser: argparse.ArgumentParser,
+    tables: dict[str, argparse.ArgumentParser] | None = None,
+) -> dict[str, Any]:
+    """The file's settings, converted as the flags convert them; ConfigError if any is wrong.
+
+    Run keys come back by name, ``[[datasets]]`` as ``datasets`` (DatasetSpec list),
+    ``[openrouter.provider]`` as ``provider``, ``[[backend.endpoints]]`` as ``endpoints``
+    (EndpointSpec list) and a command table's keys as ``TABLE.KEY``.
+    """
+    tables = tables or {}
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax there") from None
+    base = path.parent
+    run_options = options_of(run_parser)
+    values: dict[str, Any] = {}
+    for key, value in document.items():
+        if key in ("datasets", "openrouter"):
+            continue
+        if key in tables:
+            values.update(_command_table(path, key, value, tables[key]))
+            continue
+        if key == "backend" and isinstance(value, dict):
+            values.update(_backend_table(path, value, run_options["backend"], base))
+            continue
+        if key == "batch" and isinstance(value, dict) and "batch_dialect" in run_options:
+            values.update(_batch_table(path, value, run_options, base))
+            continue
+        if key == "chat_template_kwargs" and key in run_options:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{path}: chat_template_kwargs must be a table of template variables, e.g. "
+                    f"chat_template_kwargs = {{ enable_thinking = false }}, not {_kind(value)}"
+                )
+            values[key] = dict(value)
+            continue
+        key = RENAMED_KEYS.get(key, key) if RENAMED_KEYS.get(key) in run_options else key
+        action = run_options.get(key)
+        if action is None:
+            raise ConfigError(_unknown(path, key, [*run_options, "datasets", "openrouter"]))
+        values[key] = _convert(path, key, action, value, base)
+    if "datasets" in document:
+        if "input" in document:
+            raise ConfigError(
+                f"{path}: input and [[datasets]] both list the prompts; keep one of them"
+            )
+        values["datasets"] = _datasets(path, document["datasets"], base)
+    if "openrouter" in document:
+        values["provider"] = _openrouter(path, document["openrouter"])
+    if "endpoints" in values and "base_url" in values:
+        raise ConfigError(
+            f"{path}: base_url and [[backend.endpoints]] both name endpoints; keep one of them"
+        )
+    return values
+
+
+def _command_table(
+    path: Path, name: str, section: object, parser: argparse.ArgumentParser
+) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: {name} must be a table ([{name}]), not {_kind(section)}")
+    shared = set(options_of_shared(parser))
+    own = {dest: a for dest, a in options_of(parser).items() if dest not in shared}
+    out = {}
+    for key, value in section.items():
+        action = own.get(key)
+        if action is None:
+            raise ConfigError(_unknown(path, f"{name}.{key}", [f"{name}.{k}" for k in own]))
+        out[f"{name}.{key}"] = _convert(path, f"{name}.{key}", action, value, path.parent)
+    return out
+
+
+def options_of_shared(parser: argparse.ArgumentParser) -> list[str]:
+    """Dests of options ``share_arguments`` gave this parser: their key is the top-level one."""
+    return [a.dest for a in parser._actions if getattr(a, "draftgen_shared", False)]
+
+
+def _convert(path: Path, key: str, action: argparse.Action, value: Any, base: Path) -> Any:
+    if action.nargs == 0:  # store_true, --x/--no-x
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: {key} must be true or false, not {_kind(value)}")
+        return value
+    if isinstance(action, argparse._AppendAction) or action.nargs in ("+", "*"):
+        if not isinstance(value, list):
+            raise ConfigError(
+                f"{path}: {key} must be a list, e.g. {key} = [{_example(action)}], "
+                f"not {_kind(value)}"
+            )
+        return [_scalar(path, f"{key}[{i}]", action, v, base) for i, v in enumerate(value)]
+    return _scalar(path, key, action, value, base)
+
+
+def _scalar(path: Path, key: str, action: argparse.Action, value: Any, base: Path) -> Any:
+    kind = _value_kind(action)
+    if kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        expected = {int: "an integer", float: "a number"}.get(kind, "a string")
+        raise ConfigError(f"{path}: {key} must be {expected}, not {_kind(value)} {value!r}")
+    converted = value
+    if action.type is not None:
+        try:
+            converted = action.type(str(value))  # the flag's own converter, as for its text
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{path}: {key} = {value!r} is refused: {exc}") from None
+    if action.choices is not None and converted not in action.choices:
+        choices = ", ".join(str(c) for c in action.choices)
+        raise ConfigError(f"{path}: {key} must be one of {choices}, not {value!r}")
+    if _is_path(action) and not Path(str(converted)).is_absolute():
+        # Relative paths in a file are relative to that file, wherever draftgen is started.
+        joined = base / str(converted)
+        converted = joined if isinstance(converted, Path) else str(joined)
+    return converted
+
+
+def _value_kind(action: argparse.Action) -> type:
+    """What a TOML value must be for this option: probing its converter with "1" tells."""
+    if action.type is None:
+        return str
+    try:
+        probe = action.type("1")
+    except Exception:
+        return str
+    if isinstance(probe, bool):
+        return str
+    if isinstance(probe, int):
+        return int
+    if isinstance(probe, float):
+        return float
+    return str
+
+
+def _is_path(action: argparse.Action) -> bool:
+    return action.dest == "input" or action.type is Path
+
+
+def _example(action: argparse.Action) -> str:
+    return '"prompts.jsonl"' if action.dest == "input" else '"..."'
+
+
+def _datasets(path: Path, value: object, base: Path) -> list[DatasetSpec]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{path}: datasets must be [[datasets]] tables, each with a path")
+    specs = []
+    for index, table in enumerate(value):
+        where = f"datasets[{index}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {where} must be a [[datasets]] table")
+        fields: dict[str, Any] = {}
+        for key, item in table.items():
+            if key not in DATASET_KEYS:
+                raise ConfigError(_unknown(path, f"{where}.{key}", list(DATASET_KEYS)))
+            types, expected = DATASET_KEYS[key]
+            if not isinstance(item, types) or (isinstance(item, bool) and types is not bool):
+                raise ConfigError(f"{path}: {where}.{key} must be {expected}, not {_kind(item)}")
+            fields[key] = item
+        if "path" not in fields:
+            raise ConfigError(f'{path}: {where} has no path; add path = "prompts.jsonl"')
+        if not Path(fields["path"]).is_absolute():
+            fields["path"] = str(base / fields["path"])
+        if "weight" in fields:
+            fields["weight"] = float(fields["weight"])
+        specs.append(DatasetSpec(**fields))
+    return specs
+
+
+def _backend_table(path: Path, table: dict, backend: argparse.Action, base: Path) -> dict[str, Any]:
+    """``[backend]`` as a table: ``name`` (what a plain ``backend`` key holds) and
+    ``[[backend.endpoints]]``."""
+    from draftgen.generate.endpoints import EndpointSpec
+
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "name":
+            values["backend"] = _scalar(path, "backend.name", backend, value, base)
+        elif key != "endpoints":
+            raise ConfigError(
+                _unknown(path, f"backend.{key}", ["backend.name", "backend.endpoints"])
+            )
+    listed = table.get("endpoints")
+    if listed is None:
+        return values
+    if not isinstance(listed, list) or not listed:
+        raise ConfigError(
+            f"{path}: backend.endpoints must be [[backend.endpoints]] tables, each with a url"
+        )
+    specs = []
+    for index, entry in enumerate(listed):
+        where = f"backend.endpoints[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: {where} must be a [[backend.endpoints]] table")
+        for key in entry:
+            if key not in ("url", "concurrency"):
+                raise ConfigError(_unknown(path, f"{where}.{key}", ["url", "concurrency"]))
+        url = entry.get("url")
+        if not isinstance(url, str) or not url:
+            raise ConfigError(f'{path}: {where} has no url; add url = "http://host:30000/v1"')
+        concurrency = entry.get("concurrency")
+        if concurrency is not None and (
+            not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1
+        ):
+            raise ConfigError(f"{path}: {where}.concurrency must be a positive integer")
+        specs.append(EndpointSpec(url, concurrency))
+    values["endpoints"] = specs
+    return values
+
+
+def _batch_table(
+    path: Path, table: dict, run_options: dict[str, argparse.Action], base: Path
+) -> dict[str, Any]:
+    """``[batch]``: the ``--batch-*`` flags without their prefix (``enabled`` is ``--batch``),
+    the same as the top-level keys ``batch``, ``batch_dialect``, ..."""
+    keys = {
+        ("enabled" if dest == "batch" else dest.removeprefix("batch_")): dest
+        for dest in run_options
+        if dest == "batch" or dest.startswith("batch_")
+    }
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        dest = keys.get(key)
+        if dest is None:
+            raise ConfigError(_unknown(path, f"batch.{key}", [f"batch.{k}" for k in keys]))
+        values[dest] = _convert(path, f"batch.{key}", run_options[dest], value, base)
+    return values
+
+
+def _openrouter(path: Path, value: object) -> dict | None:
+    from draftgen.backends.openrouter import provider_problem
+
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: openrouter must be a table ([openrouter.provider])")
+    for key in value:
+        if key != "provider":
+            raise ConfigError(_unknown(path, f"openrouter.{key}", ["openrouter.provider"]))
+    provider = value.get("provider")
+    if not provider:
+        return None  # an empty table asks for nothing: the same as none
+    problem = provider_problem(provider)
+    if problem:
+        raise ConfigError(f"{path}: openrouter.{problem}")
+    return provider
+
+
+def _unknown(path: Path, key: str, known: list[str]) -> str:
+    head, dot, leaf = key.rpartition(".")
+    leaves = [name.rpartition(".")[2] for name in known]
+    close = difflib.get_close_matches(leaf.replace("-", "_"), leaves, n=1)
+    hint = f"did you mean {head}{dot}{close[0]}?" if close else "see docs/config.md for the keys"
+    return f"{path}: unknown key {key}; {hint}"
+
+
+def _kind(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+EXAMPLE = """\
+# draftgen.toml: settings for `draftgen run` and `draftgen estimate` (see docs/config.md).
+# Every `run` flag is a key (--max-tokens is max_tokens); a flag given on the command line
+# overrides the key. Relative paths are relative to this file. `draftgen run` reads
+# ./draftgen.toml by itself; --config FILE names another, --no-config skips it.
+
+model = "moonshotai/kimi-k2.5"  # the model id sent to the API
+tokenizer = "moonshotai/Kimi-K2.5"  # the target's tokenizer: local dir, hub id or fixture:NAME
+out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
+
+# Where requests go. Without base_url the built-in simulator answers with synthetic data:
+# a safe way to try this file. For OpenRouter, uncomment:
+# base_url = "https://openrouter.ai/api/v1"
+# api_key_env = "OPENROUTER_API_KEY"  # the environment variable holding the key
+# backend = "openrouter"  # openrouter | vllm | sglang (servers that return token ids)
+
+# Sampling: all of these are sent with every request and recorded; a resume must match them.
+# max_tokens = 32768  # reasoning + answer
+# temperature = 1.0
+# top_p = 0.95
+# seed = 0  # sample k of a turn is sent seed + k
+# reasoning_effort = "high"  # none | minimal | low | medium | high | xhigh | max, or instead:
+# reasoning_max_tokens = 16000
+# Template variables for vLLM/SGLang (sent as chat_template_kwargs and used to render each prompt
+# here too; through OpenRouter, reasoning_effort sets the family's own switch instead):
+# chat_template_kwargs = { enable_thinking = false }
+# completions_per_turn = 1  # completions of each turn, each its own sample (not rows: limit)
+
+# The prompts: a list of files read one after another ...
+# input = ["prompts.jsonl"]
+# ... or the [[datasets]] tables below. limit is the rows of all of them together, shared
+# by weight (a dataset with fewer rows leaves its share to the others).
+# limit = 10000
+
+# How the run goes.
+# concurrency = 64  # requests in flight
+# stream = true
+# idle_timeout = 300.0  # seconds a response may send nothing
+# max_attempts = 8  # attempts per request
+# retry_base_delay = 0.5  # first backoff, doubling per attempt
+# max_retries = 20000  # retries across the whole run
+# max_cost = 50.0  # USD: stop sending before spend would pass it
+# shutdown_grace = 30.0  # seconds in-flight responses get after Ctrl-C
+# logprobs = false
+# allow_insecure_http = false
+# profile = "kimi-k2"  # force a model profile instead of detecting it
+{extra}
+[[datasets]]
+name = "chat"  # the rows' ids become chat/ID, so datasets never collide
+path = "prompts.jsonl"
+# limit = 5000  # rows of this file at most
+# shuffle = true  # a seeded random choice and order of rows (JSONL files)
+# seed = 0
+# weight = 1.0  # share of the top-level limit
+
+# [[datasets]]
+# name = "code"
+# path = "code.jsonl"
+# weight = 2.0
+
+# OpenRouter provider routing, sent as the request's `provider` object.
+# [openrouter.provider]
+# order = ["siliconflow", "chutes"]  # tried in turn
+# allow_fallbacks = false
+# only = ["siliconflow", "chutes"]
+# ignore = ["atlas-cloud"]
+# require_parameters = true
+# quantizations = ["fp8", "bf16"]  # int4 int8 fp4 fp6 fp8 fp16 bf16 fp32 unknown
+# sort = "throughput"  # price | throughput | latency
+# data_collection = "deny"  # allow | deny
+# enforce_distillable_text = true  # only models whose authors allow distillation
+# zdr = true
+
+# Several servers instead of one base_url, routed least-outstanding-first with health checks.
+# The backend key then moves into the table (TOML allows one of the two forms):
+# [backend]
+# name = "sglang"
+# [[backend.endpoints]]
+# url = "http://10.0.0.1:30000/v1"
+# concurrency = 256  # in flight on this server at most (default: --endpoint-concurrency)
+# [[backend.endpoints]]
+# url = "http://10.0.0.2:30000/v1"
+
+# Batch mode (docs/batch.md): the same run through a batch API at the batch price. The keys
+# are the --batch-* flags (the top-level batch_* keys above say the same).
+# [batch]
+# enabled = true  # --batch
+# dialect = "openrouter"  # openrouter | openai-files
+# url = "https://openrouter.ai/api/v1"  # the batch API's root (default: base_url)
+# size = 5000  # rows per batch
+# detach = false  # submit and exit; the same command collects
+# retries = 3  # sends again of a row whose batch failed, expired or was cancelled
+
+# `draftgen estimate` only.
+[estimate]
+# pilot = 0  # prompts sent first to measure output length and speed
+# price_in = 0.6  # USD per million prompt tokens, when GET /models is unreachable
+# price_out = 2.5  # USD per million completion tokens
+# tokens_per_second = 30.0  # one request's output speed when no pilot measured it
+"""
+
+
+def example_text(run_parser: argparse.ArgumentParser) -> str:
+    """The commented example ``draftgen init`` writes, with a line for every ``run`` key.
+
+    Options added to ``run`` after this text was written get a commented line of their own, so
+    the example never lacks a key.
+    """
+    extra = []
+    for dest, action in options_of(run_parser).items():
+        if f"# {dest} = " in EXAMPLE or f"\n{dest} = " in EXAMPLE:
+            continue
+        default = getattr(action, "draftgen_default", action.default)
+        value = _toml_value(default) if default not in (None, argparse.SUPPRESS) else '"..."'
+        note = (action.help or "").replace("\n", " ")
+        extra.append(f"# {dest} = {value}  # {note}" if note else f"# {dest} = {value}")
+    return EXAMPLE.replace("{extra}", "\n".join(extra) + ("\n" if extra else ""))
+
+
+def write_example(path: Path, run_parser: argparse.ArgumentParser, force: bool = False) -> Path:
+    """Write the example config for ``run_parser``'s keys at ``path``; refuse to replace a file
+    unless ``force``."""
+    if path.exists() and not force:
+        raise ConfigError(f"{path} already exists; edit it, or pass --force to replace it")
+    path.write_text(example_text(run_parser), encoding="utf-8")
+    return path
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,3 @@
+"""Generation: the plan's turns sent to a server and stored. The run (``pipeline``), the HTTP
+client, endpoints, budget, progress, the resume index (``resume``) and batch mode (``batch``).
+"""

@@ -1,0 +1,319 @@
+"""``draftgen estimate``: prompt tokens, cost and time of a run before it spends anything.
+
+Prompts are counted with the target's tokenizer and chat template, row by row (memory stays
+flat); output comes from ``max_tokens`` or a pilot run in a scratch directory; prices from the
+endpoint's model listing (``GET /models``) or from ``--price-in/--price-out``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from draftgen.backends.listing import LISTING_TIMEOUT, listed_prices  # noqa: F401
+from draftgen.errors import DraftgenError
+from draftgen.generate.pipeline import (
+    RunError,
+    RunOptions,
+    check_base_url,
+    generation_settings,
+    run,
+)
+from draftgen.inputs.ingest import Rejection
+from draftgen.inputs.mix import MixError, read_suite
+from draftgen.inputs.plan import build_messages, original_answers, plan_turns
+from draftgen.store.database import Store
+from draftgen.tokens import tokenizer as tok
+from draftgen.tokens.rendering import ChatRenderer, request_variables, resolve_profile
+
+
+class EstimateError(DraftgenError, RuntimeError):
+    """An estimate that cannot be made as asked; the message says what to pass."""
+
+
+@dataclass
+class EstimateOptions(RunOptions):
+    out: Path | None = None  # unused: a pilot runs in a scratch directory of its own
+    pilot: int = 0  # prompts sent first to measure output length and speed
+    price_in: float | None = None  # USD per million prompt tokens
+    price_out: float | None = None  # USD per million completion tokens
+    tokens_per_second: float = 30.0  # one request's output speed, when no pilot measured it
+
+
+@dataclass
+class Estimate:
+    rows: int = 0
+    rejected: int = 0
+    turns: int = 0  # turns the run regenerates (a request each, per sample)
+    render_failures: int = 0  # turns whose prompt the chat template cannot render (not counted)
+    requests: int = 0  # turns x samples
+    prompt_tokens: int = 0  # over all requests
+    # Completion tokens over all requests: low..high, and where the figures come from.
+    output_low: int | None = None
+    output_high: int | None = None
+    output_source: str = "unknown"  # max_tokens | pilot | unknown
+    price_in: float | None = None  # USD per token
+    price_out: float | None = None
+    price_source: str = "none"  # listing | flags | none
+    cost_low: float | None = None
+    cost_high: float | None = None
+    seconds_low: float | None = None
+    seconds_high: float | None = None
+    tokens_per_second: float = 0.0  # per request
+    concurrency: int = 0
+    pilot: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    # The same run through a batch API (run --batch): the ``MODEL:batch`` catalog price, and
+    # the batch rounds it takes (a conversation advances one turn per round).
+    batch_price_in: float | None = None  # USD per token
+    batch_price_out: float | None = None
+    batch_price_source: str = "none"  # listing | none
+    batch_cost_low: float | None = None
+    batch_cost_high: float | None = None
+    batch_rounds: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+async def estimate(options: EstimateOptions) -> Estimate:
+    """Count, price and time the run ``options`` describes (a pilot sends ``pilot`` prompts)."""
+    try:
+        generation_settings(options)  # the run's own checks of the sampling settings
+        suite = options.suite()
+        suite.check()
+    except (RunError, MixError) as exc:
+        raise EstimateError(str(exc)) from None
+    for url in _urls(options.base_url):
+        check_base_url(url, options.allow_insecure_http)
+    result = Estimate(concurrency=options.concurrency)
+    count_prompts(options, result)
+    if options.pilot > 0:
+        await run_pilot(options, result)
+    elif options.max_tokens is not None:
+        result.output_low = 0
+        result.output_high = result.requests * options.max_tokens
+        result.output_source = "max_tokens"
+        result.tokens_per_second = options.tokens_per_second
+    else:
+        result.notes.append(
+            "no --max-tokens and no --pilot: output length unknown, so cost covers prompts only"
+        )
+    await find_prices(options, result)
+    _price_and_time(options, result)
+    return result
+
+
+def count_prompts(options: RunOptions, result: Estimate) -> None:
+    """Prompt tokens of every turn the run regenerates, rendered as the run renders them.
+
+    Later turns of a conversation follow answers not generated yet; the row's own answers
+    stand in for them, so multi-turn totals are close rather than exact.
+    """
+    tokenizer = tok.load_tokenizer(options.tokenizer)
+    profile = resolve_profile(tokenizer, options.profile)
+    renderer = ChatRenderer(tokenizer, profile)
+    variables = request_variables(generation_settings(options), profile)
+    multi_turn = False
+    for item in read_suite(options.suite()):
+        result.rows += 1
+        if isinstance(item, Rejection):
+            result.rejected += 1
+            continue
+        plans = plan_turns(item)
+        answers = original_answers(item)
+        multi_turn = multi_turn or len(plans) > 1
+        result.batch_rounds = max(result.batch_rounds, len(plans))
+        for plan in plans:
+            result.turns += 1
+            rendering = renderer.render(build_messages(plan, answers), plan.tools, variables)
+            if rendering.error:
+                result.render_failures += 1
+                continue
+            result.prompt_tokens += len(renderer.prompt_ids(rendering)) * options.samples
+    result.requests = result.turns * options.samples
+    if result.render_failures:
+        result.notes.append(
+            f"{result.render_failures} turns could not be rendered by the chat template and are "
+            "not in the prompt tokens; their samples will be flagged prompt_render_failed"
+        )
+    if multi_turn:
+        result.notes.append(
+            "later turns of multi-turn rows were counted with the rows' own earlier answers"
+        )
+    result.notes.append(
+        "identical turns are counted each time; the run requests them once, so a dataset with "
+        "duplicates costs less"
+    )
+
+
+async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
+    """Send ``pilot`` prompts through a real run in a scratch directory and measure them."""
+    with tempfile.TemporaryDirectory(prefix="draftgen-estimate-") as scratch:
+        limit = options.pilot if options.limit is None else min(options.pilot, options.limit)
+        pilot_options = replace(options, out=Path(scratch), limit=limit, samples=1)
+        summary = await run(_as_run_options(pilot_options))
+        with Store(Path(scratch), create=False) as store:
+            rows = [
+                (row["completion_tokens"], row["latency"])
+                for row in store.report_rows()
+                if row.get("completion_tokens") is not None
+            ]
+    if not rows:
+        raise EstimateError(
+            f"the pilot of {options.pilot} prompts stored no completion "
+            f"({summary.counts.get('failures') or 'no answers'}); check --base-url and --model"
+        )
+    tokens = [t for t, _ in rows]
+    latency = sum(lat for _, lat in rows if lat)
+    mean = statistics.fmean(tokens)
+    if len(tokens) > 1:
+        # A 95% interval of the mean: the run's total is the mean times many requests.
+        margin = 1.96 * statistics.stdev(tokens) / math.sqrt(len(tokens))
+        low, high = max(0.0, mean - margin), mean + margin
+    else:
+        low = high = mean
+    if options.max_tokens is not None:
+        high = min(high, options.max_tokens)
+    result.output_low = round(low * result.requests)
+    result.output_high = round(high * result.requests)
+    result.output_source = "pilot"
+    speed = sum(tokens) / latency if latency > 0 else options.tokens_per_second
+    result.tokens_per_second = speed
+    result.pilot = {
+        "completions": len(tokens),
+        "mean_completion_tokens": mean,
+        "max_completion_tokens": max(tokens),
+        "tokens_per_second": speed,
+        "cost": summary.counts.get("cost", 0.0),
+    }
+
+
+def _urls(base_url: str | list[str] | None) -> list[str]:
+    # --base-url may be given several times (several endpoints): the first one is priced.
+    if base_url is None:
+        return []
+    return [base_url] if isinstance(base_url, str) else list(base_url)
+
+
+def _as_run_options(options: EstimateOptions) -> RunOptions:
+    fields = {name: getattr(options, name) for name in RunOptions.__dataclass_fields__}
+    return RunOptions(**fields)
+
+
+async def find_prices(options: EstimateOptions, result: Estimate) -> None:
+    """Prices per token from the endpoint's listing, else from the flags (USD per million)."""
+    if options.base_url is not None:
+        listed = await listed_prices(
+            _urls(options.base_url)[0], options.model, os.environ.get(options.api_key_env)
+        )
+        await find_batch_price(options, result)
+        if isinstance(listed, tuple):
+            result.price_in, result.price_out = listed
+            result.price_source = "listing"
+            return
+        result.notes.append(listed)
+    else:
+        result.notes.append("no --base-url: prices come from --price-in/--price-out")
+    if options.price_in is not None and options.price_out is not None:
+        result.price_in = options.price_in / 1e6
+        result.price_out = options.price_out / 1e6
+        result.price_source = "flags"
+    else:
+        result.notes.append("no prices: pass --price-in and --price-out (USD per million tokens)")
+
+
+async def find_batch_price(options: EstimateOptions, result: Estimate) -> None:
+    """The ``MODEL:batch`` entry's prices from the listing, or a note that there is none."""
+    variant = options.model if options.model.endswith(":batch") else options.model + ":batch"
+    listed = await listed_prices(
+        _urls(options.base_url)[0], variant, os.environ.get(options.api_key_env)
+    )
+    if isinstance(listed, tuple):
+        result.batch_price_in, result.batch_price_out = listed
+        result.batch_price_source = "listing"
+    else:
+        result.notes.append(f"no batch price: {listed} (the model may have no batch endpoint)")
+
+
+def _price_and_time(options: EstimateOptions, result: Estimate) -> None:
+    if result.price_in is not None and result.price_out is not None:
+        prompt_cost = result.prompt_tokens * result.price_in
+        result.cost_low = prompt_cost + (result.output_low or 0) * result.price_out
+        if result.output_high is not None:
+            result.cost_high = prompt_cost + result.output_high * result.price_out
+    if result.batch_price_in is not None and result.batch_price_out is not None:
+        prompt_cost = result.prompt_tokens * result.batch_price_in
+        result.batch_cost_low = prompt_cost + (result.output_low or 0) * result.batch_price_out
+        if result.output_high is not None:
+            result.batch_cost_high = prompt_cost + result.output_high * result.batch_price_out
+    if result.output_high is not None and result.tokens_per_second > 0:
+        # Requests in flight each produce tokens_per_second: the run's output rate is that
+        # times the concurrency (a bound: rate limits and long prompts only slow it down).
+        rate = result.tokens_per_second * options.concurrency
+        result.seconds_low = (result.output_low or 0) / rate
+        result.seconds_high = result.output_high / rate
+
+
+def format_estimate(result: Estimate) -> str:
+    lines = [
+        f"rows {result.rows} ({result.rejected} rejected), turns {result.turns}, "
+        f"requests {result.requests}",
+        f"  prompt tokens      {result.prompt_tokens}",
+    ]
+    if result.output_high is not None:
+        lines.append(
+            f"  completion tokens  {result.output_low}..{result.output_high} "
+            f"(from {result.output_source})"
+        )
+    else:
+        lines.append("  completion tokens  unknown")
+    if result.price_in is not None:
+        lines.append(
+            f"  price              ${result.price_in * 1e6:.4g} / ${result.price_out * 1e6:.4g} "
+            f"per million prompt / completion tokens (from {result.price_source})"
+        )
+    if result.batch_price_in is not None:
+        lines.append(
+            f"  batch price        ${result.batch_price_in * 1e6:.4g} / "
+            f"${result.batch_price_out * 1e6:.4g} per million (the :batch entry, "
+            f"from {result.batch_price_source})"
+        )
+    if result.cost_low is not None:
+        high = f"${result.cost_high:.2f}" if result.cost_high is not None else "unknown"
+        lines.append(f"  cost               ${result.cost_low:.2f} .. {high}")
+    if result.batch_cost_low is not None:
+        high = f"${result.batch_cost_high:.2f}" if result.batch_cost_high is not None else "?"
+        lines.append(
+            f"  cost with --batch  ${result.batch_cost_low:.2f} .. {high}, in "
+            f"{result.batch_rounds} batch round{'s' if result.batch_rounds != 1 else ''} (a "
+            "conversation advances one turn per round; each round takes the batch's own time)"
+        )
+    if result.seconds_high is not None:
+        lines.append(
+            f"  time               {_duration(result.seconds_low)} .. "
+            f"{_duration(result.seconds_high)} at {result.concurrency} in flight, "
+            f"{result.tokens_per_second:.1f} tokens/s each"
+        )
+    if result.pilot:
+        lines.append(
+            f"  pilot              {result.pilot['completions']} completions, mean "
+            f"{result.pilot['mean_completion_tokens']:.0f} tokens, cost "
+            f"${result.pilot['cost']:.4f}"
+        )
+    lines.extend(f"  note: {note}" for note in result.notes)
+    return "\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,3 @@
+"""Inputs: rows in, turns out. Reading datasets (``ingest``), mixing them (``mix``), planning
+the turns to generate (``plan``) and splitting a plan over machines (``shard``).
+"""

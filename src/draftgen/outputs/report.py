@@ -1,0 +1,1027 @@
+"""Report: a run's numbers as ``report.json`` and a self-contained ``report.html`` with pictures.
+
+Everything is computed once into the JSON; the page only draws it (inline SVG, no scripts, no
+network), and every number it prints carries ``data-metric="<json path>"`` (and ``data-scale``
+when it is shown as a percentage) so a test can check the page against the JSON. Colours carry
+meaning: green is verified, amber unverified, purple truncated, red failed; bars of providers and
+endpoints are coloured by the verified share of what they served.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import orjson
+
+import draftgen
+from draftgen import __version__
+from draftgen.store.database import REJECTED_NAME, Store
+
+JSON_NAME = "report.json"
+HTML_NAME = "report.html"
+HISTOGRAM_BINS = 12
+THROUGHPUT_POINTS = 40
+MAX_LABEL = 60  # characters of a bar's label; longer ones end in an ellipsis (table: whole)
+# A gap between stored completions this long (and 20 times the usual gap) is a pause: Ctrl-C and
+# a resume, a stop at --max-cost, a stall. The chart cuts it out and labels it.
+PAUSE_SECONDS = 30.0
+# SpecForge's --max-length (2048 by default) and the lengths drafters are commonly trained at.
+MAX_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+OUTCOMES = ("verified", "unverified", "truncated", "failed", "not_reconstructed")
+GREEN, LIGHT_GREEN, AMBER, RED, PURPLE, GREY = (
+    "#3a9a5b",
+    "#8cc084",
+    "#e08a2e",
+    "#c2453d",
+    "#7d5ab5",
+    "#8f8f8f",
+)
+BLUE = "#2f6db5"  # quantities with no good or bad: lengths, throughput
+OUTCOME_COLOURS = dict(zip(OUTCOMES, (GREEN, AMBER, PURPLE, RED, GREY), strict=True))
+FINISH_COLOURS = {"stop": GREEN, "tool_calls": GREEN, "length": PURPLE}
+# Verified share -> colour, from the top band down; the legend lists the same bands.
+SHARE_BANDS = ((0.95, GREEN, "95% or more"), (0.8, LIGHT_GREEN, "80-95%"), (0.5, AMBER, "50-80%"))
+SHARE_LOW = (RED, "under 50%")
+DOCS = "docs/verification.md"
+# What each verification reason means (README "What verified means"), and the doc section.
+REASON_MEANINGS: dict[str, tuple[str, str]] = {
+    "ok": ("the ids decode to the text and both token counts match the provider's", "the-checks"),
+    "completion_count_mismatch": (
+        "the provider counted a different number of generated tokens: a non-canonical "
+        "segmentation or text the provider altered",
+        "the-checks",
+    ),
+    "prompt_count_mismatch": (
+        "the provider's prompt differs from the render of the chat template",
+        "prompt-ids",
+    ),
+    "decode_mismatch": ("decoding the ids does not give back the text", "the-checks"),
+    "whitespace_altered": (
+        "the count matches once whitespace is restored at the content's edges: the provider "
+        "stripped it",
+        "whitespace-a-provider-strips",
+    ),
+    "provider_strips_whitespace": (
+        "this provider strips edge whitespace and a strip here would not change the count, so "
+        "the sample cannot be proven",
+        "whitespace-a-provider-strips",
+    ),
+    "no_usage": ("the response carried no token counts, so nothing could be proven", "the-checks"),
+    "structured_tool_calls": (
+        "the API returned message.tool_calls and the profile has no tool-call format",
+        "completion-ids",
+    ),
+    "tool_calls_inexact": (
+        "the tool-call markup rebuilt from message.tool_calls matches the count in no reading",
+        "completion-ids",
+    ),
+    "tool_arguments_reserialised": (
+        "the count matches only a re-serialised reading of the tool arguments: likely, not proven",
+        "completion-ids",
+    ),
+    "tool_argument_literal_unproven": (
+        "a rebuilt tool argument is a boolean or null, which the model spells two ways "
+        "(true or True) that a count cannot tell apart",
+        "completion-ids",
+    ),
+    "tool_call_id_rebuilt": (
+        "the provider renamed the model's tool call ids; rebuilt ones cannot be proven",
+        "completion-ids",
+    ),
+    "tool_call_format_unconfirmed": (
+        "the profile's tool-call markup is not confirmed, so rebuilt calls are never proven",
+        "models",
+    ),
+    "server_count_mismatch": (
+        "ids returned by a vLLM / SGLang server disagree with its own usage counts",
+        "the-checks",
+    ),
+    "logprob_text_mismatch": (
+        "logprob token bytes do not spell the returned content",
+        "the-checks",
+    ),
+    "reasoning_in_non_thinking_prompt": (
+        "reasoning came back although the prompt turned thinking off",
+        "the-checks",
+    ),
+    "content_filter": ("the provider filtered the answer", "the-checks"),
+    "prompt_render_failed": ("the chat template could not render the prompt", "prompt-ids"),
+    "prompt_mode_unproven": (
+        "thinking on and off render prompts of the same length, and the answer does not show "
+        "which one the server used",
+        "template-variables-and-what-is-proven",
+    ),
+    "prompt_date_unproven": (
+        "the template stamps the date and the request crossed midnight (UTC)",
+        "template-variables-and-what-is-proven",
+    ),
+}
+
+
+# -- numbers --------------------------------------------------------------------------------------
+
+
+def build_report(store: Store) -> dict:
+    rows = list(store.report_rows())
+    failures = list(store.failure_rows())
+    counts = store.counts()
+    outcomes = Counter()
+    for row in rows:
+        outcomes[_outcome(row)] += 1
+    outcomes["failed"] = len(failures)
+    attempt_errors = Counter(e.get("kind") or "unknown" for row in rows for e in row["errors"])
+    attempt_errors.update(e.get("kind") or "unknown" for f in failures for e in f["errors"])
+    sequences = [_sequence_len(r) for r in rows]
+    return {
+        "draftgen_version": __version__,
+        "run_dir": str(store.run_dir),
+        "generated_at": round(time.time(), 3),
+        "model": _settings(store).get("model"),
+        "tokenizer": store.meta("tokenizer"),
+        "profile": store.meta("profile"),
+        "sources": sources(store, counts),
+        "active_run": counts.get("active_run"),
+        "totals": {
+            "completions": counts["completions"],
+            "samples": counts["samples"],
+            "verified": counts["verified"],
+            "failures": len(failures),
+            "rejected": counts.get("rejected", 0),
+            "cost": counts["cost"],
+            "prompt_tokens": counts["prompt_tokens"],
+            "completion_tokens": counts["completion_tokens"],
+            "retried_attempts": counts["retried_attempts"],
+            "verified_share": round(counts["verified"] / counts["samples"], 4)
+            if counts["samples"]
+            else 0.0,
+        },
+        "outcomes": {name: outcomes.get(name, 0) for name in OUTCOMES},
+        "verification_reasons": counts["reasons"],
+        "reason_meanings": {
+            reason: {"meaning": meaning, "docs": f"{DOCS}#{anchor}"}
+            for reason in counts["reasons"]
+            for meaning, anchor in [REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))]
+        },
+        "finish_reasons": counts["finish_reasons"],
+        "failure_reasons": counts["failures"],
+        "retried_errors": counts.get("retried_errors") or {},
+        "attempt_errors": dict(attempt_errors.most_common()),
+        "rejected": {
+            "rows": counts.get("rejected", 0),
+            "reasons": counts.get("rejected_reasons") or {},
+            "file": str(store.run_dir / REJECTED_NAME),
+        },
+        "lengths": {
+            "prompt": distribution([_prompt_len(r) for r in rows]),
+            "reasoning": distribution([r["reasoning_tokens"] for r in rows]),
+            "answer": distribution([_answer_len(r) for r in rows]),
+            "sequence": distribution(sequences),
+        },
+        "max_length_fit": max_length_fit(sequences),
+        "providers": providers(rows),
+        "throughput": throughput(rows),
+        "exactness": counts["exactness"],
+        "endpoints": endpoints(counts.get("endpoints") or {}, rows),
+        # run --batch: batches by state and status, and what the API charged (usage.cost).
+        "batches": counts.get("batches") or {},
+    }
+
+
+def sources(store: Store, counts: dict) -> list[dict]:
+    """Where the data came from: the endpoints each run probed (``server`` says what answered:
+    ``simulator`` for the built-in one, whose data is synthetic), else the endpoints that served
+    completions (a run from before draftgen recorded its sources)."""
+    raw = store.meta("sources")
+    if raw:
+        return orjson.loads(raw)
+    return [{"endpoint": url, "server": "unknown"} for url in counts.get("endpoints") or {}]
+
+
+def _sequence_len(row: dict) -> int | None:
+    """A training row's whole length: prompt and generated ids (the provider's counts before
+    reconstruction)."""
+    if row.get("sample_len") is not None:
+        return row["sample_len"]
+    if row["prompt_tokens"] is None or row["completion_tokens"] is None:
+        return None
+    return row["prompt_tokens"] + row["completion_tokens"]
+
+
+def max_length_fit(lengths: list) -> list[dict]:
+    """For each common training ``max_length``: the samples it holds whole, the rest being cut.
+
+    Listed up to the first length that holds every sample (at least up to SpecForge's 2048)."""
+    known = [n for n in lengths if n is not None]
+    if not known:
+        return []
+    longest = max(known)
+    table = []
+    for limit in MAX_LENGTHS:
+        fits = sum(1 for n in known if n <= limit)
+        table.append(
+            {
+                "max_length": limit,
+                "fits": fits,
+                "cut": len(known) - fits,
+                "share": round(fits / len(known), 4),
+            }
+        )
+        if limit >= longest and limit >= 2048:
+            break
+    return table
+
+
+def _settings(store: Store) -> dict:
+    raw = store.meta("settings")
+    return orjson.loads(raw) if raw else {}
+
+
+def _outcome(row: dict) -> str:
+    if row["verified"] is None:
+        return "not_reconstructed"
+    if row["truncated"]:
+        return "truncated"
+    return "verified" if row["verified"] else "unverified"
+
+
+def _prompt_len(row: dict) -> int | None:
+    # The rebuilt prompt is exact; the provider's count is the fallback before reconstruction.
+    return row["prompt_len"] if row["prompt_len"] is not None else row["prompt_tokens"]
+
+
+def _answer_len(row: dict) -> int | None:
+    if row["completion_tokens"] is None:
+        return None
+    return max(0, row["completion_tokens"] - (row["reasoning_tokens"] or 0))
+
+
+def distribution(values: list) -> dict:
+    """count, mean, percentiles and a histogram of equal-width bins from 0 over known values."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return {"count": 0, "missing": len(values), "histogram": []}
+    width = nice_step(known[-1] / HISTOGRAM_BINS) if known[-1] > 0 else 1
+    bins = Counter(min(int(v // width), HISTOGRAM_BINS + 1) for v in known)
+    last = max(bins)
+    return {
+        "count": len(known),
+        "missing": len(values) - len(known),
+        "min": known[0],
+        "mean": round(sum(known) / len(known), 2),
+        "p50": percentile(known, 50),
+        "p90": percentile(known, 90),
+        "max": known[-1],
+        "histogram": [
+            {"lo": i * width, "hi": (i + 1) * width, "count": bins.get(i, 0)}
+            for i in range(last + 1)
+        ],
+    }
+
+
+def percentile(ordered: list, q: float):
+    """Nearest-rank percentile of an ascending list."""
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def nice_step(raw: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k at least ``raw`` (integers stay integers)."""
+    if raw <= 0:
+        return 1
+    power = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if factor * power >= raw:
+            step = factor * power
+            return int(step) if step >= 1 else step
+    return 10 * power
+
+
+def _verified_share(rows: list[dict]) -> float | None:
+    """Verified and complete samples over the reconstructed ones among ``rows``."""
+    sampled = [r for r in rows if r["verified"] is not None]
+    if not sampled:
+        return None
+    return round(sum(1 for r in sampled if r["verified"] and not r["truncated"]) / len(sampled), 4)
+
+
+def providers(rows: list[dict]) -> list[dict]:
+    by_provider: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_provider[row["provider"] or "unknown"].append(row)
+    table = []
+    for name, group in sorted(by_provider.items(), key=lambda item: (-len(item[1]), item[0])):
+        latencies = sorted(r["latency"] for r in group if r["latency"] is not None)
+        sampled = [r for r in group if r["verified"] is not None]
+        verified = sum(1 for r in sampled if r["verified"] and not r["truncated"])
+        table.append(
+            {
+                "provider": name,
+                "completions": len(group),
+                "cost": sum(r["cost"] or 0.0 for r in group),
+                "latency_p50": round(percentile(latencies, 50), 3) if latencies else None,
+                "latency_p90": round(percentile(latencies, 90), 3) if latencies else None,
+                "retried_errors": sum(len(r["errors"]) for r in group),
+                "unverified": sum(1 for r in sampled if not r["verified"] or r["truncated"]),
+                "verified_share": round(verified / len(sampled), 4) if sampled else None,
+            }
+        )
+    return table
+
+
+def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
+    """The store's per-endpoint figures with latency percentiles of the serving attempts."""
+    latencies: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get("endpoint") is not None and row.get("endpoint_latency") is not None:
+            latencies[row["endpoint"]].append(row["endpoint_latency"])
+    served: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        served[row.get("endpoint")].append(row)
+    table = []
+    for url, figure in figures.items():
+        ordered = sorted(latencies.get(url, ()))
+        table.append(
+            {
+                "endpoint": url,
+                "verified_share": _verified_share(served.get(url, [])),
+                "requests": figure["requests"],
+                "completions": figure["completions"],
+                "errors": figure["errors"],
+                "error_kinds": figure["error_kinds"],
+                "ejections": figure["ejections"],
+                "readmissions": figure["readmissions"],
+                "removed": figure["removed"],
+                "latency_p50": round(percentile(ordered, 50), 3) if ordered else None,
+                "latency_p90": round(percentile(ordered, 90), 3) if ordered else None,
+                "prompt_tokens": figure["prompt_tokens"],
+                "completion_tokens": figure["completion_tokens"],
+            }
+        )
+    return table
+
+
+def throughput(rows: list[dict]) -> dict:
+    """Completions and completion tokens stored per time bucket, over the time the run worked.
+
+    Gaps of ``PAUSE_SECONDS`` or more (and 20 times the median gap) are pauses: listed with
+    their length and left out of the buckets, so a resume a day later is a labelled break in the
+    chart, not a day of empty buckets. Within the run's working time an empty bucket is a
+    bucket in which nothing was stored.
+    """
+    ordered = sorted(rows, key=lambda r: r["created_at"])
+    if not ordered:
+        return {"bucket_seconds": 0, "start": None, "points": [], "pauses": []}
+    times = [r["created_at"] for r in ordered]
+    gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
+    threshold = max(PAUSE_SECONDS, 20 * usual)
+    # Segments of work between pauses, as (first index, last index).
+    segments, first = [], 0
+    for i in range(1, len(times)):
+        if times[i] - times[i - 1] >= threshold:
+            segments.append((first, i - 1))
+            first = i
+    segments.append((first, len(times) - 1))
+    working = sum(times[b] - times[a] for a, b in segments)
+    bucket = nice_step(working / THROUGHPUT_POINTS) if working > 0 else 1
+    start = times[0]
+    points, pauses = [], []
+    for number, (a, b) in enumerate(segments):
+        if number:
+            gap_start = times[segments[number - 1][1]]
+            pauses.append(
+                {"after": round(gap_start - start, 3), "seconds": round(times[a] - gap_start, 3)}
+            )
+        count = int((times[b] - times[a]) // bucket) + 1
+        completions, tokens = [0] * count, [0] * count
+        for row in ordered[a : b + 1]:
+            index = min(int((row["created_at"] - times[a]) // bucket), count - 1)
+            completions[index] += 1
+            tokens[index] += row["completion_tokens"] or 0
+        points += [
+            {
+                "t": round(times[a] - start + i * bucket, 3),
+                "completions": completions[i],
+                "tokens": tokens[i],
+                "segment": number,
+            }
+            for i in range(count)
+        ]
+    return {"bucket_seconds": bucket, "start": round(start, 3), "points": points, "pauses": pauses}
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def write_report(store: Store, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """Write report.json and report.html into ``out_dir`` (the run directory by default)."""
+    report = build_report(store)
+    out_dir = Path(out_dir or store.run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, html_path = out_dir / JSON_NAME, out_dir / HTML_NAME
+    _replace(json_path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    _replace(html_path, render_html(report).encode())
+    return json_path, html_path
+
+
+def _replace(path: Path, data: bytes) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+# -- page -----------------------------------------------------------------------------------------
+
+
+def metric(path: tuple, value, decimals: int | None = None, scale: int = 1) -> str:
+    """A number as the page shows it, tagged with its place in report.json (a JSON list of keys,
+    since reason names may hold any character); ``scale`` 100 shows a share as a percentage."""
+    where = html.escape(orjson.dumps(list(path)).decode())
+    if scale != 1 and value is not None:
+        shown = format_number(value * scale, 1 if decimals is None else decimals)
+        return f'<span class="num" data-metric="{where}" data-scale="{scale}">{shown}</span>%'
+    return f'<span class="num" data-metric="{where}">{format_number(value, decimals)}</span>'
+
+
+def dollars(path: tuple, value) -> str:
+    return "$" + metric(path, value, 4)
+
+
+def percent(path: tuple, value) -> str:
+    return metric(path, value, 1, scale=100)
+
+
+def format_number(value, decimals: int | None = None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if decimals is None:
+        decimals = 4 if abs(value) < 1 else 2
+    return f"{value:.{decimals}f}"
+
+
+def share_colour(share: float | None) -> str:
+    """The colour of a verified share (``SHARE_BANDS``); grey when nothing was reconstructed."""
+    if share is None:
+        return GREY
+    for floor, colour, _ in SHARE_BANDS:
+        if share >= floor:
+            return colour
+    return SHARE_LOW[0]
+
+
+def share_legend() -> str:
+    bands = [(colour, label) for _, colour, label in SHARE_BANDS] + [SHARE_LOW, (GREY, "none")]
+    swatches = "".join(
+        f'<span class="swatch" style="background:{colour}"></span>{html.escape(label)} '
+        for colour, label in bands
+    )
+    return f'<p class="legend">Bar colour: verified share of the samples served. {swatches}</p>'
+
+
+def render_html(report: dict) -> str:
+    t = report["totals"]
+    cards = [
+        ("completions stored", metric(("totals", "completions"), t["completions"])),
+        ("samples", metric(("totals", "samples"), t["samples"])),
+        ("verified", metric(("totals", "verified"), t["verified"])),
+        ("verified share", percent(("totals", "verified_share"), t["verified_share"])),
+        ("final failures", metric(("totals", "failures"), t["failures"])),
+        ("rows rejected", metric(("totals", "rejected"), t.get("rejected", 0))),
+        ("cost (USD)", dollars(("totals", "cost"), t["cost"])),
+        ("prompt tokens", metric(("totals", "prompt_tokens"), t["prompt_tokens"])),
+        ("completion tokens", metric(("totals", "completion_tokens"), t["completion_tokens"])),
+        ("retried attempts", metric(("totals", "retried_attempts"), t["retried_attempts"])),
+    ]
+    batches = report.get("batches") or {}
+    if batches.get("charged") is not None:  # what the batch API says it charged
+        charged = dollars(("batches", "charged"), batches["charged"])
+        cards.append(("charged by the batch API", charged))
+    sections = [
+        _section(
+            "Outcomes",
+            bar_chart("outcomes", report["outcomes"], OUTCOME_COLOURS.get, "samples or requests"),
+            "Every stored completion is verified, unverified or truncated once reconstructed; "
+            "failed counts requests that never produced one.",
+        ),
+        _section(
+            "Verification reasons",
+            bar_chart(
+                "verification_reasons",
+                report["verification_reasons"],
+                lambda name: GREEN if name == "ok" else AMBER,
+                "samples",
+            )
+            + reason_table(report),
+            "Green is proven; amber keeps the sample out of the default export.",
+        ),
+        _section(
+            "Finish reasons",
+            bar_chart(
+                "finish_reasons",
+                report["finish_reasons"],
+                lambda name: FINISH_COLOURS.get(name, RED),
+                "completions",
+            ),
+            "length is a turn cut at max_tokens (truncated, exported only when asked).",
+        ),
+        _section(
+            "Errors",
+            "<h3>Final failures, by reason</h3>"
+            + bar_chart("failure_reasons", report["failure_reasons"], lambda _: RED, "turns")
+            + "<h3>Retried attempts, by kind</h3>"
+            + bar_chart(
+                "retried_errors", report.get("retried_errors") or {}, lambda _: AMBER, "attempts"
+            ),
+            "A final failure is a turn with no completion; a retried attempt failed and was sent "
+            "again (the completion may still have come).",
+        ),
+        _section(
+            "Rejected rows",
+            rejected_section(report.get("rejected") or {}),
+            "Input rows that could not be used; each is listed with its file, line and reason.",
+        ),
+        _section(
+            "Sequence length against max_length",
+            sequence_section(report),
+            "Whole training rows: prompt and generated ids. A trainer cuts rows longer than its "
+            "max_length (SpecForge's --max-length, 2048 by default), losing their end.",
+            wide=True,
+        ),
+    ]
+    for name, title in (
+        ("prompt", "Prompt tokens"),
+        ("reasoning", "Reasoning tokens"),
+        ("answer", "Answer tokens"),
+    ):
+        axis = f"{name} length (tokens)"
+        sections.append(
+            _section(f"{title} per sample", histogram(name, report["lengths"][name], axis))
+        )
+    sections.append(
+        _section(
+            "Providers",
+            provider_section(report["providers"]),
+            "Latency is from the first attempt to the stored answer, retries included.",
+            wide=True,
+        )
+    )
+    sections.append(
+        _section(
+            "Endpoints",
+            endpoint_section(report.get("endpoints") or []),
+            "Requests are attempts sent to each base URL; latency is of the attempt that served "
+            "the answer. An endpoint is ejected after failures in a row and readmitted when it "
+            "answers a health probe.",
+            wide=True,
+        )
+    )
+    sections.append(
+        _section(
+            "Throughput over time",
+            throughput_chart(report["throughput"]),
+            "Completions stored per time bucket while the run worked; a pause (Ctrl-C and a "
+            "resume, a stop at --max-cost, a stall) is a labelled break, not empty buckets.",
+            wide=True,
+        )
+    )
+    title = f"draftgen report: {report['run_dir']}"
+    subtitle = " · ".join(
+        html.escape(str(part))
+        for part in (report.get("model"), report.get("tokenizer"), report.get("profile"))
+        if part
+    )
+    card_html = "".join(
+        f'<div class="card"><div class="label">{label}</div><div class="value">{value}</div></div>'
+        for label, value in cards
+    )
+    return PAGE.format(
+        title=html.escape(title),
+        subtitle=subtitle,
+        source=source_banner(report),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report["generated_at"])),
+        version=html.escape(report["draftgen_version"]),
+        cards=card_html,
+        sections="".join(sections),
+    )
+
+
+def source_banner(report: dict) -> str:
+    """Where the data came from, first thing on the page: synthetic data must not pass for real."""
+    sources = report.get("sources") or []
+    active = report.get("active_run")
+    note = (
+        f'<p class="banner warn">A run is active ({html.escape(str(active))}): these numbers '
+        "are a snapshot.</p>"
+        if active
+        else ""
+    )
+    if sources and all(s.get("server") == "simulator" for s in sources):
+        where = ", ".join(
+            "the built-in simulator (no --base-url)"
+            if s["endpoint"] == "built-in simulator"
+            else f"a draftgen simulator at {html.escape(s['endpoint'])}"
+            for s in sources
+        )
+        return note + (
+            f'<p class="banner warn">Data source: {where}. These completions are synthetic: '
+            "a dry run, not training data.</p>"
+        )
+    if not sources:
+        return note + '<p class="banner">Data source: not recorded.</p>'
+    listed = ", ".join(
+        f"{html.escape(s['endpoint'])} ({html.escape(s.get('server', 'unknown'))})" for s in sources
+    )
+    return note + f'<p class="banner">Data source: {listed}.</p>'
+
+
+def _section(title: str, body: str, note: str = "", wide: bool = False) -> str:
+    note_html = f'<p class="note">{html.escape(note)}</p>' if note else ""
+    tag = '<section class="wide">' if wide else "<section>"
+    return f"{tag}<h2>{html.escape(title)}</h2>{note_html}{body}</section>"
+
+
+def bar_chart(path: str | tuple, table: dict, colour_of, unit: str) -> str:
+    """Horizontal bars, one per entry, coloured by what the entry means, with the axis named in
+    ``unit`` and the counts (at ``path`` in report.json) tagged in a table below."""
+    path = (path,) if isinstance(path, str) else path
+    if not table:
+        return f'<p class="empty">{html.escape(path[-1].replace("_", " "))}: none</p>'
+    svg = _bars_svg(
+        table,
+        lambda i, name: colour_of(name) or GREY,
+        lambda name, count: f"<title>{html.escape(str(name))}: {count} {unit}</title>",
+        lambda value: str(value),
+        unit,
+    )
+    rows = "".join(
+        f"<tr><td>{html.escape(str(name))}</td>"
+        f'<td class="r">{metric((*path, name), count)}</td></tr>'
+        for name, count in table.items()
+    )
+    return svg + f'<table class="counts">{rows}</table>'
+
+
+def _bars_svg(table: dict, colour_of, inner_of, label_of, axis: str) -> str:
+    """The SVG of horizontal bars scaled to the largest value, with the value axis titled
+    ``axis`` (its unit) under them; callers choose colour and labels."""
+    longest = max(len(str(name)) for name in table)
+    label_w, bar_w, row_h = min(max(120, 7 * min(longest, MAX_LABEL) + 16), 440), 420, 24
+    peak = max(table.values()) or 1
+    height = row_h * len(table) + 8
+    total = height + 34
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 90} {total}" '
+        f'width="{label_w + bar_w + 90}" height="{total}" role="img">'
+    ]
+    for i, (name, value) in enumerate(table.items()):
+        y = 4 + i * row_h
+        width = max(1.0, bar_w * value / peak) if value else 0
+        label = str(name) if len(str(name)) <= MAX_LABEL else str(name)[: MAX_LABEL - 1] + "…"
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(label)}'
+            f'</text><rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
+            f'fill="{colour_of(i, name)}">{inner_of(name, value)}</rect>'
+            f'<text x="{label_w + width + 6:.1f}" y="{y + 16}" class="tick">'
+            f"{label_of(value)}</text>"
+        )
+    parts.append(
+        f'<line x1="{label_w}" y1="{height}" x2="{label_w + bar_w}" y2="{height}" class="axis"/>'
+        f'<text x="{label_w}" y="{height + 14}" class="tick">0</text>'
+        f'<text x="{label_w + bar_w}" y="{height + 14}" text-anchor="end" class="tick">'
+        f"{_tick(peak)}</text>"
+        f'<text x="{label_w + bar_w / 2}" y="{height + 28}" text-anchor="middle" '
+        f'class="axis-title">{html.escape(axis)}</text></svg>'
+    )
+    return "".join(parts)
+
+
+def _tick(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def reason_table(report: dict) -> str:
+    meanings = report.get("reason_meanings") or {}
+    if not meanings:
+        return ""
+    link = _docs_link()
+    rows = "".join(
+        f"<tr><td><code>{html.escape(reason)}</code></td>"
+        f"<td>{html.escape(entry['meaning'])}</td>"
+        f"<td>{link(entry['docs'])}</td></tr>"
+        for reason, entry in meanings.items()
+    )
+    return (
+        '<table class="grid"><tr><th>reason</th><th>what it means</th><th>more</th></tr>'
+        f"{rows}</table>"
+    )
+
+
+def _docs_link():
+    """A link to a docs section: the checkout's docs when draftgen runs from one, else the path
+    (the page fetches nothing either way; a link is only followed when clicked)."""
+    root = Path(draftgen.__file__).resolve().parents[2] / "docs"
+
+    def link(target: str) -> str:
+        name, _, anchor = target.partition("#")
+        path = root.parent / name
+        if path.is_file():
+            href = html.escape(path.as_uri() + (f"#{anchor}" if anchor else ""))
+            return f'<a href="{href}">{html.escape(target)}</a>'
+        return f"<code>{html.escape(target)}</code>"
+
+    return link
+
+
+def rejected_section(rejected: dict) -> str:
+    if not rejected.get("rows"):
+        return '<p class="empty">no rows rejected</p>'
+    chart = bar_chart(
+        ("rejected", "reasons"), rejected.get("reasons") or {}, lambda _: GREY, "rows"
+    )
+    where = html.escape(str(rejected.get("file", REJECTED_NAME)))
+    return (
+        f'<p class="stats">{metric(("rejected", "rows"), rejected["rows"])} rows, each with its '
+        f"file, line and reason in <code>{where}</code></p>{chart}"
+    )
+
+
+def sequence_section(report: dict) -> str:
+    dist = report["lengths"].get("sequence") or {}
+    fit = report.get("max_length_fit") or []
+    chart = histogram("sequence", dist, "prompt + completion (tokens)", markers=fit)
+    if not fit:
+        return chart
+    rows = "".join(
+        f'<tr><td class="r">{row["max_length"]}</td>'
+        f'<td class="r">{metric(("max_length_fit", i, "fits"), row["fits"])}</td>'
+        f'<td class="r">{percent(("max_length_fit", i, "share"), row["share"])}</td>'
+        f'<td class="r">{metric(("max_length_fit", i, "cut"), row["cut"])}</td></tr>'
+        for i, row in enumerate(fit)
+    )
+    return chart + (
+        '<table class="grid"><tr><th>max_length</th><th>samples whole</th><th>share whole</th>'
+        f"<th>samples cut</th></tr>{rows}</table>"
+    )
+
+
+def histogram(name: str, dist: dict, quantity: str, markers: list | None = None) -> str:
+    """Equal-width bins of ``quantity`` (x axis, tokens) against samples (y axis); ``markers``
+    draws each ``max_length`` that falls inside the range as a dashed line."""
+    if not dist.get("count"):
+        return '<p class="empty">no values recorded</p>'
+    bins = dist["histogram"]
+    w, h, pad, top = 640, 180, 48, 10
+    peak = max(b["count"] for b in bins) or 1
+    bar = (w - pad) / len(bins)
+    span = bins[-1]["hi"] or 1
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {w} {h + 44}" width="{w}" height="{h + 44}" role="img">',
+        f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" class="axis"/>',
+        f'<line x1="{pad}" y1="{top}" x2="{pad}" y2="{h}" class="axis"/>',
+    ]
+    for i, b in enumerate(bins):
+        bh = (h - top) * b["count"] / peak
+        x = pad + i * bar
+        parts.append(
+            f'<rect x="{x + 1:.1f}" y="{h - bh:.1f}" width="{bar - 2:.1f}" height="{bh:.1f}" '
+            f'fill="{BLUE}"><title>{b["lo"]}–{b["hi"]} tokens: {b["count"]} samples</title></rect>'
+        )
+        if i % max(1, len(bins) // 6) == 0:
+            parts.append(f'<text x="{x:.1f}" y="{h + 14}" class="tick">{b["lo"]}</text>')
+    shown = [row for row in markers or [] if row["max_length"] < span]
+    for i, row in enumerate(shown):
+        x = pad + (w - pad) * row["max_length"] / span
+        # Labels step down so that close lines (1024, 2048) do not write over each other.
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h}" class="marker"/>'
+            f'<text x="{x + 3:.1f}" y="{top + 10 + 13 * i}" class="marker-label">'
+            f"{row['max_length']}</text>"
+        )
+    if shown:
+        parts.append(
+            f'<text x="{w}" y="{top + 10}" text-anchor="end" class="tick">dashed: max_length</text>'
+        )
+    parts.append(
+        f'<text x="{pad - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak}</text>'
+        f'<text x="{pad - 6}" y="{h}" text-anchor="end" class="tick">0</text>'
+        f'<text x="12" y="{(h + top) / 2}" transform="rotate(-90 12 {(h + top) / 2})" '
+        'text-anchor="middle" class="axis-title">samples</text>'
+        f'<text x="{(w + pad) / 2}" y="{h + 34}" text-anchor="middle" class="axis-title">'
+        f"{html.escape(quantity)}</text></svg>"
+    )
+    stats = " · ".join(
+        f"{label} {metric(('lengths', name, key), dist[key])}"
+        for label, key in (
+            ("samples", "count"),
+            ("p50", "p50"),
+            ("p90", "p90"),
+            ("mean", "mean"),
+            ("max", "max"),
+        )
+    )
+    return "".join(parts) + f'<p class="stats">{stats} tokens</p>'
+
+
+def provider_section(table: list[dict]) -> str:
+    if not table:
+        return '<p class="empty">no completions stored</p>'
+    chart = _bars_svg(
+        {row["provider"]: row["latency_p50"] or 0.0 for row in table},
+        lambda i, name: share_colour(table[i]["verified_share"]),
+        lambda name, value: f"<title>{html.escape(str(name))}: {value:.3f} s</title>",
+        lambda value: f"{value:.3f} s",
+        "median latency (seconds)",
+    )
+    header = (
+        "provider",
+        "completions",
+        "cost (USD)",
+        "latency p50 (s)",
+        "latency p90 (s)",
+        "retried errors",
+        "unverified",
+        "verified share",
+    )
+    body = []
+    for i, row in enumerate(table):
+        cells = [
+            metric(("providers", i, "completions"), row["completions"]),
+            dollars(("providers", i, "cost"), row["cost"]),
+            metric(("providers", i, "latency_p50"), row["latency_p50"]),
+            metric(("providers", i, "latency_p90"), row["latency_p90"]),
+            metric(("providers", i, "retried_errors"), row["retried_errors"]),
+            metric(("providers", i, "unverified"), row["unverified"]),
+            percent(("providers", i, "verified_share"), row["verified_share"])
+            if row["verified_share"] is not None
+            else "–",
+        ]
+        body.append(
+            f"<tr><td>{html.escape(row['provider'])}</td>"
+            + "".join(f'<td class="r">{cell}</td>' for cell in cells)
+            + "</tr>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in header)
+    return (
+        f"<h3>Median latency</h3>{chart}{share_legend()}"
+        f'<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
+    )
+
+
+def endpoint_section(table: list[dict]) -> str:
+    if not table:
+        return '<p class="empty">no endpoint recorded (a run from before draftgen kept them)</p>'
+    chart = _bars_svg(
+        {row["endpoint"]: row["requests"] for row in table},
+        lambda i, name: share_colour(table[i].get("verified_share")),
+        lambda name, value: f"<title>{html.escape(str(name))}: {value} requests</title>",
+        lambda value: f"{value} requests",
+        "requests (attempts sent)",
+    )
+    keys = (
+        "requests",
+        "completions",
+        "errors",
+        "ejections",
+        "readmissions",
+        "latency_p50",
+        "latency_p90",
+        "prompt_tokens",
+        "completion_tokens",
+    )
+    header = ("endpoint", *(key.replace("_", " ") for key in keys), "verified share")
+    body = []
+    for i, row in enumerate(table):
+        cells = [
+            metric(("endpoints", i, key), row[key]) if row[key] is not None else "–" for key in keys
+        ]
+        share = row.get("verified_share")
+        cells.append(
+            percent(("endpoints", i, "verified_share"), share) if share is not None else "–"
+        )
+        name = html.escape(row["endpoint"]) + (" (removed)" if row["removed"] else "")
+        body.append(
+            f"<tr><td>{name}</td>" + "".join(f'<td class="r">{c}</td>' for c in cells) + "</tr>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in header)
+    return f'{chart}{share_legend()}<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def throughput_chart(data: dict) -> str:
+    """Bars per time bucket (an empty bucket is visibly empty), with each pause a hatched break
+    labelled with its length."""
+    points = data["points"]
+    if not points:
+        return '<p class="empty">no completions stored</p>'
+    pauses = data.get("pauses") or []
+    w, h, pad, top, gap = 640, 180, 48, 10, 56
+    peak = max(p["completions"] for p in points) or 1
+    slot = (w - pad - gap * len(pauses)) / len(points)
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {w} {h + 44}" width="{w}" height="{h + 44}" role="img">',
+        f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" class="axis"/>',
+        f'<line x1="{pad}" y1="{top}" x2="{pad}" y2="{h}" class="axis"/>',
+    ]
+    x, segment = float(pad), 0
+    parts.append(f'<text x="{pad}" y="{h + 14}" class="tick">0 s</text>')
+    for point in points:
+        if point.get("segment", 0) != segment:
+            pause = pauses[segment]
+            parts.append(
+                f'<rect x="{x + 4:.1f}" y="{top}" width="{gap - 8}" height="{h - top}" '
+                f'class="pause"><title>paused {_duration(pause["seconds"])}</title></rect>'
+                f'<text x="{x + gap / 2:.1f}" y="{top + 12}" text-anchor="middle" class="tick">'
+                f"paused</text>"
+                f'<text x="{x + gap / 2:.1f}" y="{top + 26}" text-anchor="middle" class="tick">'
+                f"{_duration(pause['seconds'])}</text>"
+                f'<text x="{x + gap:.1f}" y="{h + 14}" class="tick">{point["t"]:g} s</text>'
+            )
+            x += gap
+            segment = point["segment"]
+        bh = (h - top) * point["completions"] / peak
+        parts.append(
+            f'<rect x="{x:.1f}" y="{h - bh:.1f}" width="{max(slot - 1, 0.5):.1f}" '
+            f'height="{bh:.1f}" fill="{BLUE}"><title>{point["t"]:g} s: '
+            f"{point['completions']} completions, {point['tokens']} tokens</title></rect>"
+        )
+        x += slot
+    seconds = data["bucket_seconds"]
+    last = points[-1]["t"] + seconds
+    parts.append(
+        f'<text x="{w}" y="{h + 14}" text-anchor="end" class="tick">{last:g} s</text>'
+        f'<text x="{pad - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak}</text>'
+        f'<text x="{pad - 6}" y="{h}" text-anchor="end" class="tick">0</text>'
+        f'<text x="12" y="{(h + top) / 2}" transform="rotate(-90 12 {(h + top) / 2})" '
+        f'text-anchor="middle" class="axis-title">completions per {seconds:g} s</text>'
+        f'<text x="{(w + pad) / 2}" y="{h + 34}" text-anchor="middle" class="axis-title">'
+        "seconds since the first completion</text></svg>"
+    )
+    total = sum(p["completions"] for p in points)
+    paused = "; paused " + ", ".join(_duration(p["seconds"]) for p in pauses) if pauses else ""
+    return "".join(parts) + (
+        f'<p class="stats">completions per {metric(("throughput", "bucket_seconds"), seconds)} s '
+        f"bucket; {total} in {len(points)} buckets{paused}</p>"
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    hours, rest = divmod(seconds, 3600)
+    return (
+        f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60} min {rest % 60} s"
+    )
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{title}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; margin: 24px 32px; color: #1d2733;
+       background: #ffffff; }}
+h1 {{ font-size: 22px; margin: 0 0 4px; }}
+h2 {{ font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #d5dbe3; }}
+h3 {{ font-size: 14px; margin: 12px 0 4px; }}
+.sub {{ color: #5a6b7d; margin-bottom: 10px; }}
+.banner {{ background: #eef3f9; border-left: 4px solid #2f6db5; padding: 6px 12px;
+          margin: 0 0 12px; }}
+.banner.warn {{ background: #fdf2e6; border-left-color: #e08a2e; }}
+.cards {{ display: flex; flex-wrap: wrap; gap: 10px; }}
+.card {{ background: #eef3f9; border-radius: 6px; padding: 10px 14px; min-width: 130px; }}
+.card .label {{ color: #5a6b7d; font-size: 12px; }}
+.card .value {{ font-size: 22px; font-weight: 600; }}
+main {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(600px, 1fr));
+        column-gap: 40px; }}
+section.wide {{ grid-column: 1 / -1; }}
+svg.chart {{ display: block; max-width: 100%; height: auto; }}
+svg text {{ font: 12px system-ui, sans-serif; fill: #1d2733; }}
+svg text.tick {{ fill: #5a6b7d; font-size: 11px; }}
+svg text.axis-title {{ fill: #3b4a5a; font-size: 12px; font-style: italic; }}
+svg .axis {{ stroke: #8f9bab; }}
+svg .marker {{ stroke: #c2453d; stroke-dasharray: 4 3; }}
+svg text.marker-label {{ fill: #c2453d; font-size: 11px; stroke: #ffffff; stroke-width: 3px;
+                        paint-order: stroke; }}
+svg .pause {{ fill: #e6eaef; stroke: #b8c2cd; stroke-dasharray: 3 3; }}
+table {{ border-collapse: collapse; margin-top: 6px; }}
+td, th {{ padding: 2px 10px; border-bottom: 1px solid #e6eaef; text-align: left; }}
+td.r {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.note, .stats, .empty, .legend {{ color: #5a6b7d; }}
+.swatch {{ display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 8px; }}
+</style></head>
+<body>
+<h1>{title}</h1>
+<div class="sub">{subtitle} · generated {generated} by draftgen {version}</div>
+{source}
+<div class="cards">{cards}</div>
+<main>{sections}</main>
+</body></html>
+"""

@@ -1,0 +1,787 @@
+"""Reconstruct: the exact token ids of one generated turn, rebuilt from the text the API returned.
+
+Prompt ids come from the tokenizer's own chat template over exactly the messages that were sent.
+Completion ids come from ``reasoning + think_end + content + end_of_turn``, shaped by how the
+prompt ends (``<think>`` already open, thinking closed, or the model opens it itself) and framed
+as the profile says (harmony's channel headers, a tool-call turn's own end). Where the
+text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking),
+every reading is encoded and the provider's ``completion_tokens`` picks the one it generated.
+Structured ``tool_calls`` are rebuilt as the profile's markup after the content. Ids a server
+returned (vLLM, SGLang) are the sample and logprob token bytes give the content's ids; the text
+path still runs beside them and its agreement is ``TokenSample.text_check``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
+from draftgen.profiles.base import Segment
+from draftgen.reconstruct.verify import (
+    PROMPT_DATE_UNPROVEN,
+    PROMPT_MODE_UNPROVEN,
+    PROMPT_RENDER_FAILED,
+    TOOL_CALLS_REBUILT,
+    TOOL_CALLS_UNREBUILT,
+    verify_logprob_ids,
+    verify_sample,
+    verify_server_ids,
+    with_doubts,
+)
+from draftgen.records import Completion, StoredCompletion, TokenSample
+from draftgen.tokens import tokenizer as tok
+from draftgen.tokens.fast_encoder import special_pattern, splits_at_specials
+from draftgen.tokens.rendering import ChatRenderer, RenderError
+
+# ``TokenSample.text_check`` values besides a text-path reason code.
+TEXT_AGREES = "agrees"
+TEXT_IDS_DIFFER = "ids_differ"
+
+COMPLETE_FINISH_REASONS = ("stop", "tool_calls")
+# Whitespace a provider may strip from the edges of content (Kimi/DeepSeek parsers, ``str.strip``).
+EDGE_WHITESPACE = ("", " ", "\n", "\n\n")
+
+
+@dataclass
+class CompletionReading:
+    """The candidate texts of one completion (most likely first) and what was noticed on the way."""
+
+    texts: list[str]
+    notes: list[str] = field(default_factory=list)
+    complete: bool = True
+    # Notes that hold for one reading only (parallel to ``texts``; empty means none).
+    text_notes: list[tuple[str, ...]] = field(default_factory=list)
+    # A family whose markup is encoded piece by piece (``ModelProfile.segmented``): each text's
+    # segments, the (start, end) segments of its content, and the family's segment encoder.
+    segments: list[tuple[Segment, ...]] = field(default_factory=list)
+    content_spans: list[tuple[int, int]] = field(default_factory=list)
+    encode_segments: Any = None
+
+    def notes_of(self, index: int) -> list[str]:
+        extra = self.text_notes[index] if index < len(self.text_notes) else ()
+        return [*self.notes, *extra]
+
+    def ids(self, tokenizer: Any, index: int) -> list[int]:
+        """The ids of reading ``index``: its segments each encoded on its own, else its text."""
+        if self.segments:
+            return self.encode_segments(tokenizer, self.segments[index])
+        return tok.encode(tokenizer, self.texts[index])
+
+
+def prompt_mode(prompt_text: str, profile: ModelProfile) -> str:
+    """``open`` (prompt ends inside ``<think>``), ``closed`` (thinking off) or ``model_opens``."""
+    if profile.segmented is not None:
+        return profile.segmented.prompt_mode(prompt_text)
+    tail = prompt_text.rstrip()
+    if tail.endswith(profile.think_end):
+        return "closed"
+    if tail.endswith(profile.think_start):
+        return "open"
+    return "model_opens"
+
+
+def read_completion(
+    completion: Completion, prompt_text: str, profile: ModelProfile
+) -> CompletionReading:
+    if profile.segmented is not None:
+        return _segmented_reading(completion, prompt_text, profile)
+    reasoning = completion.reasoning or ""
+    content = completion.content or ""
+    notes: list[str] = []
+    tool_turn = bool(completion.tool_calls)
+    leaked = {profile.end_of_turn, profile.turn_end(tool_turn)}
+    if profile.raw_tool_call_close:  # raw calls in content end as tool-call turns (GLM-5)
+        leaked.add(profile.turn_end(True))
+    if any(content.endswith(text) for text in leaked):
+        # The provider failed to strip the end-of-turn text; the real one is appended below.
+        while any(content.endswith(text) for text in leaked):
+            content = content[: -len(next(t for t in leaked if content.endswith(t)))]
+        notes.append("leaked_end_of_turn")
+    eot = profile.turn_end(tool_turn, content)
+    complete = completion.finish_reason in COMPLETE_FINISH_REASONS
+    suffix = eot if complete else ""
+    mode = prompt_mode(prompt_text, profile)
+    opened = profile.think_lead + profile.think_start if mode == "model_opens" else ""
+    head, tail = profile.content_frame(content, tool_turn)
+    framed = head + content + tail
+    if mode == "closed":
+        if reasoning:
+            notes.append("reasoning_in_non_thinking_prompt")
+        bodies = [framed]
+    elif not reasoning and profile.think_end in content:
+        # No reasoning split: the think markup is still inside content.
+        notes.append("no_reasoning_split")
+        if opened and content.startswith(opened):
+            opened = ""
+        elif opened and content.startswith(profile.think_start):
+            opened = profile.think_lead
+        # What closes the content before tool calls (harmony's <|end|>) is not content: the
+        # provider dropped it with the calls it parsed.
+        answer = content.partition(profile.think_end)[2]
+        unsplit_tail = profile.content_frame(answer, tool_turn)[1]
+        bodies = [opened + content + unsplit_tail]
+        if opened and profile.bare_think_end and content.startswith(profile.think_end):
+            # A model that decided not to think wrote think_end alone (MiniMax-M3, adaptive).
+            bodies.insert(0, content + unsplit_tail)
+        if mode == "open" and content.startswith(profile.think_start):
+            # A provider that keeps the think block in content re-opens it there (MiniMax-M2
+            # on vLLM), although the prompt already holds think_start; the count decides.
+            bodies.insert(0, content[len(profile.think_start) :] + unsplit_tail)
+    elif not complete and not content:
+        # Truncated inside reasoning, or after think_end (or part of what follows it, when
+        # that is several tokens, as harmony's channel header): the count decides.
+        bodies = [opened + reasoning + cut for cut in delimiter_prefixes(profile, tool_turn)]
+        if opened and profile.bare_think_end and not reasoning:
+            bodies.append(profile.think_end)
+    else:
+        bodies = [opened + reasoning + profile.think_end + framed]
+        if opened and not reasoning:
+            # A model that writes no think block at all; a content header starts with what the
+            # prompt already holds (harmony's "<|start|>assistant"), which it does not repeat.
+            bodies.append(_without_prompt_overlap(prompt_text, head) + content + tail)
+            if profile.bare_think_end:
+                bodies.insert(0, profile.think_end + framed)
+    markups = [ToolCallMarkup("")]
+    if completion.tool_calls:
+        try:
+            markups = profile.tool_call_markups(completion.tool_calls, content)
+        except ToolCallFormatError as exc:
+            notes.append(f"{TOOL_CALLS_UNREBUILT}: {exc}")
+        else:
+            notes.append(TOOL_CALLS_REBUILT)
+    texts = [body + markup.text + suffix for body in bodies for markup in markups]
+    text_notes = [markup.notes for _ in bodies for markup in markups]
+    return CompletionReading(texts, notes, complete, text_notes)
+
+
+def _segmented_reading(
+    completion: Completion, prompt_text: str, profile: ModelProfile
+) -> CompletionReading:
+    """The family's own readings (``ModelProfile.segmented``), as segments and their texts."""
+    segmented = profile.segmented
+    read = segmented.read(completion, prompt_text)
+    return CompletionReading(
+        texts=["".join(segment.text for segment in segments) for segments in read.readings],
+        notes=list(read.notes),
+        complete=read.complete,
+        text_notes=list(read.reading_notes),
+        segments=list(read.readings),
+        content_spans=list(read.content_spans),
+        encode_segments=segmented.encode,
+    )
+
+
+def _without_prompt_overlap(prompt_text: str, head: str) -> str:
+    """``head`` minus its longest beginning that the prompt already ends with."""
+    for size in range(len(head), 0, -1):
+        if prompt_text.endswith(head[:size]):
+            return head[size:]
+    return head
+
+
+def delimiter_prefixes(profile: ModelProfile, tool_turn: bool) -> list[str]:
+    """Where a cut can fall once reasoning is written: before think_end, or after any whole
+    special token of ``think_end + content_start`` (one place when that is a single token)."""
+    after = profile.think_end + ("" if tool_turn else profile.content_start)
+    cuts = [""]
+    position = 0
+    for match in SPECIAL_SHAPED.finditer(after):
+        if match.start() > position:
+            cuts.append(after[: match.start()])
+        position = match.end()
+        cuts.append(after[:position])
+    if after not in cuts:
+        cuts.append(after)
+    return cuts
+
+
+def reconstruct_sample(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
+) -> TokenSample:
+    """The sample of one stored completion: the server's ids if it gave them, else the text's.
+
+    With server ids the text reconstruction still runs; whether it agrees is ``text_check``.
+    """
+    text_sample = reconstruct_from_text(stored, tokenizer, profile)
+    completion = stored.completion
+    if completion.prompt_token_ids is None or completion.completion_token_ids is None:
+        if completion.logprob_bytes is not None:
+            return reconstruct_from_logprobs(stored, tokenizer, profile, text_sample)
+        return text_sample
+    prompt_ids = list(completion.prompt_token_ids)
+    completion_ids = list(completion.completion_token_ids)
+    server_ids = prompt_ids + completion_ids
+    text_check = text_check_of(text_sample, server_ids)
+    # A prompt draftgen could not render is no doubt about the server's own ids.
+    template_agrees = text_sample.reason == PROMPT_RENDER_FAILED or (
+        text_sample.input_ids[: text_sample.prompt_len] == prompt_ids
+    )
+    verdict = verify_server_ids(
+        stored=stored,
+        profile=profile,
+        prompt_ids=prompt_ids,
+        completion_ids=completion_ids,
+        template_agrees=template_agrees,
+    )
+    return TokenSample(
+        key=stored.key,
+        input_ids=server_ids,
+        prompt_len=len(prompt_ids),
+        verified=verdict.verified,
+        reason=verdict.reason,
+        detail=verdict.detail,
+        truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
+        id_source="server",
+        text_check=text_check,
+    )
+
+
+def text_check_of(text_sample: TokenSample, ids: list[int]) -> str:
+    """How the text path fared against exact ids: agrees, ids_differ, or its own reason."""
+    if not text_sample.verified:
+        return text_sample.reason
+    return TEXT_AGREES if text_sample.input_ids == ids else TEXT_IDS_DIFFER
+
+
+def reconstruct_from_logprobs(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile, text_sample: TokenSample
+) -> TokenSample:
+    """Content ids from logprob token bytes, the rest of the turn from text; else the text sample.
+
+    Only the content is covered by logprobs, so the reading's text before the content (reasoning,
+    think delimiters) and after it (end of turn) is encoded, and the provider's count picks the
+    reading. Structured tool calls are left to the text path: their markup is not content.
+    """
+    completion = stored.completion
+
+    def unusable(why: str) -> TokenSample:
+        detail = "; ".join(d for d in (text_sample.detail, f"logprobs_unusable: {why}") if d)
+        return replace(text_sample, detail=detail)
+
+    if completion.tool_calls:
+        return unusable("structured tool calls are rebuilt from text")
+    if text_sample.reason == PROMPT_RENDER_FAILED:
+        return text_sample
+    table = token_bytes_table(tokenizer)
+    logprob_ids = [table.get(token) for token in completion.logprob_bytes or ()]
+    if None in logprob_ids:
+        return unusable("a logprob token's bytes are not one token of this tokenizer")
+    prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
+    reading = read_completion(completion, prompt_text, profile)
+    content = completion.content or ""
+    ends = [profile.end_of_turn]
+    if profile.raw_tool_call_close:  # raw calls in content end as tool-call turns (GLM-5)
+        ends.append(profile.turn_end(True))
+    while any(content.endswith(end) for end in ends):
+        content = content[: -len(next(end for end in ends if content.endswith(end)))]
+    suffix = profile.turn_end(False, content) if reading.complete else ""
+    tail = content + suffix
+    expected = completion.completion_tokens
+    for head, ends in _logprob_frames(reading, tokenizer, tail, suffix):
+        if head is None:
+            # The tokenizer changes this text (Qwen's normalise to NFC): not the generated ids.
+            return unusable("the text before the content does not encode back to itself")
+        for end in ends:
+            ids = head + logprob_ids + end
+            if expected is not None and len(ids) != expected:
+                continue
+            verdict = verify_logprob_ids(
+                stored=stored,
+                profile=profile,
+                prompt_ids=prompt_ids,
+                logprob_text=tok.decode(tokenizer, logprob_ids),
+                notes=reading.notes,
+            )
+            if verdict.verified:
+                doubts = prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
+                verdict = with_doubts(verdict, doubts)
+            return TokenSample(
+                key=stored.key,
+                input_ids=prompt_ids + ids,
+                prompt_len=len(prompt_ids),
+                verified=verdict.verified,
+                reason=verdict.reason,
+                detail=verdict.detail,
+                truncated=not reading.complete,
+                id_source="logprobs",
+                text_check=text_check_of(text_sample, prompt_ids + ids),
+            )
+    return unusable("no reading with the logprob tokens matches the completion count")
+
+
+def _logprob_frames(reading: CompletionReading, tokenizer: Any, tail: str, suffix: str) -> Any:
+    """(ids before the content, candidate ids after it) of each reading that holds the content;
+    (None, ()) where the text before it does not encode back to itself. A segmented family's
+    reading is cut at its content's segments, any other's text at ``tail``."""
+    for index, text in enumerate(reading.texts):
+        if reading.segments:
+            start, stop = reading.content_spans[index]
+            if start < 0:
+                continue
+            segments = reading.segments[index]
+            head = reading.encode_segments(tokenizer, segments[:start])
+            before = "".join(segment.text for segment in segments[:start])
+            ends: tuple[list[int], ...] = (
+                reading.encode_segments(tokenizer, segments[stop:]),
+                [],
+            )
+        else:
+            if not text.endswith(tail):
+                continue
+            before = text[: len(text) - len(tail)]
+            head = tok.encode(tokenizer, before)
+            ends = (tok.encode(tokenizer, suffix), [])
+        if tok.decode(tokenizer, head) != before:
+            yield None, ()
+            return
+        yield head, ends
+
+
+_TOKEN_BYTES_TABLES: dict[int, tuple[Any, dict[bytes, int]]] = {}
+
+
+def token_bytes_table(tokenizer: Any) -> dict[bytes, int]:
+    """bytes -> id for every token (ordinary ones first; specials by their text), cached."""
+    cached = _TOKEN_BYTES_TABLES.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    decoder = _byte_decoder()
+    special_ids = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    table: dict[bytes, int] = {}
+    specials: list[tuple[bytes, int]] = []
+    for token, index in tokenizer.get_vocab().items():
+        if index in special_ids:
+            specials.append((token.encode("utf-8"), index))
+            continue
+        try:
+            raw = bytes(decoder[ch] for ch in token)
+        except KeyError:  # not a byte-level vocabulary entry
+            raw = tok.decode(tokenizer, [index]).encode("utf-8")
+        table.setdefault(raw, index)
+    for raw, index in specials:
+        table.setdefault(raw, index)
+    _TOKEN_BYTES_TABLES[id(tokenizer)] = (tokenizer, table)
+    return table
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode, the alphabet of byte-level BPE vocabularies."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    mapping = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in printable:
+            mapping[chr(256 + shifted)] = b
+            shifted += 1
+    return mapping
+
+
+def renderer_for(tokenizer: Any, profile: ModelProfile) -> ChatRenderer:
+    """The renderer of a tokenizer (unwrapped from a batch cache) and profile, cached."""
+    inner = getattr(tokenizer, "inner", tokenizer)
+    key = (id(inner), profile.name)
+    cached = _RENDERERS.get(key)
+    if cached is None or cached.tokenizer is not inner:
+        cached = _RENDERERS[key] = ChatRenderer(inner, profile)
+    return cached
+
+
+_RENDERERS: dict[tuple[int, str], ChatRenderer] = {}
+
+
+def recorded_prompt(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
+) -> tuple[str, list[int]]:
+    """The prompt the request was built with, as text and as the ids the model was given.
+
+    It is the rendering recorded with the request; a store from before renderings were recorded
+    is rendered now with the template's defaults. Raises ``RenderError`` if rendering failed.
+    """
+    rendering = stored.rendering
+    if rendering is None:
+        rendering = renderer_for(tokenizer, profile).render(stored.messages, stored.tools)
+    if rendering.error:
+        raise RenderError(rendering.error)
+    if rendering.ids is not None:
+        return rendering.text, list(rendering.ids)
+    # Not ChatRenderer.prompt_ids: ``tokenizer`` may be a batch's pre-encoded cache.
+    return rendering.text, tok.encode(tokenizer, rendering.text)
+
+
+def prompt_doubts(
+    stored: StoredCompletion,
+    tokenizer: Any,
+    profile: ModelProfile,
+    prompt_text: str,
+    prompt_ids: list[int],
+) -> list[tuple[str, str]]:
+    """What the counts cannot prove about the prompt: its thinking mode, or its date."""
+    doubts = []
+    mode = _mode_doubt(stored, tokenizer, profile, prompt_text, prompt_ids)
+    if mode:
+        doubts.append((PROMPT_MODE_UNPROVEN, mode))
+    date = _date_doubt(stored, tokenizer, profile, prompt_text)
+    if date:
+        doubts.append((PROMPT_DATE_UNPROVEN, date))
+    return doubts
+
+
+def _mode_doubt(
+    stored: StoredCompletion,
+    tokenizer: Any,
+    profile: ModelProfile,
+    prompt_text: str,
+    prompt_ids: list[int],
+) -> str:
+    """Why the thinking mode of the prompt is unproven ("" if it is proven).
+
+    The response shows the mode the server rendered: reasoning (or a closed think block in the
+    content) a thinking prompt, none a non-thinking one. When it shows the recorded mode, that is
+    proof. When it does not, the counts must rule out the other mode: a rendering with the
+    thinking switch the other way that ends in the other mode, has the same token count, and
+    after which the completion can also be read with the provider's count, is what the server
+    may have rendered instead (``<think>`` and ``</think>`` are one token each).
+    """
+    variable = profile.thinking_variable
+    if not variable:
+        return ""
+    mode = prompt_mode(prompt_text, profile)
+    completion = stored.completion
+    shows_thinking = bool(completion.reasoning) or profile.think_end in (completion.content or "")
+    if shows_thinking == (mode != "closed"):
+        return ""
+    rendering = stored.rendering
+    variables = dict(rendering.variables) if rendering is not None else {}
+    instant = (rendering.instant if rendering is not None else None) or _recorded_or_now(stored)
+    renderer = renderer_for(tokenizer, profile)
+    for value in profile.thinking_values:
+        if variables.get(variable) is value or (
+            not isinstance(value, bool) and variables.get(variable) == value
+        ):
+            continue
+        other = {**variables, variable: value}
+        try:
+            text = renderer.text(stored.messages, stored.tools, other, instant)
+        except Exception:  # the other switch may not render at all: then it is no rival
+            continue
+        if text == prompt_text or prompt_mode(text, profile) == mode:
+            continue
+        if renderer.chat_ids:
+            rival_ids = renderer.render(stored.messages, stored.tools, other, instant).ids or ()
+            same = len(rival_ids) == len(prompt_ids)
+        else:
+            same = _same_count(tokenizer, prompt_text, len(prompt_ids), text)
+        if same and _reading_fits(completion, text, tokenizer, profile):
+            said = "returned reasoning" if shows_thinking else "returned no reasoning"
+            return (
+                f"the prompt rendered with {variable}={value} has the same token count and the "
+                f"response {said}, so the {mode} thinking prompt is not proven"
+            )
+    return ""
+
+
+def _reading_fits(
+    completion: Completion, prompt_text: str, tokenizer: Any, profile: ModelProfile
+) -> bool:
+    """Whether some reading of the completion after this prompt has the provider's count."""
+    expected = completion.completion_tokens
+    reading = read_completion(completion, prompt_text, profile)
+    return any(len(reading.ids(tokenizer, i)) == expected for i in range(len(reading.texts)))
+
+
+def _date_doubt(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile, prompt_text: str
+) -> str:
+    """Why the date in the prompt is unproven: the request spanned midnight (UTC) and the
+    template renders another text on the later day ("" otherwise)."""
+    rendering = stored.rendering
+    if rendering is None or rendering.instant is None or stored.stored_at is None:
+        return ""
+    sent = rendering.instant
+    received = dt.datetime.fromtimestamp(stored.stored_at, dt.UTC).replace(microsecond=0)
+    if received.date() == sent.date():
+        return ""
+    renderer = renderer_for(tokenizer, profile)
+    try:
+        later = renderer.text(stored.messages, stored.tools, dict(rendering.variables), received)
+    except Exception:
+        return ""
+    if later == prompt_text:
+        return ""
+    return (
+        f"the template stamps the date and the request was in flight across midnight UTC "
+        f"({sent.isoformat()} to {received.isoformat()}), so the server's date is unknown"
+    )
+
+
+def _recorded_or_now(stored: StoredCompletion) -> dt.datetime:
+    if stored.stored_at is not None:
+        return dt.datetime.fromtimestamp(stored.stored_at, dt.UTC).replace(microsecond=0)
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def _same_count(tokenizer: Any, text: str, count: int, other: str) -> bool:
+    """Whether ``other`` encodes to ``count`` ids, as ``text`` does.
+
+    Only what follows their common prefix is encoded, from the end of the last special token
+    in it: ids never merge across a special token, so the prefix's ids are the same in both.
+    """
+    common = 0
+    for a, b in zip(text, other, strict=False):
+        if a != b:
+            break
+        common += 1
+    cut = _last_special_end(tokenizer, text, common)
+    if cut == 0:
+        return len(tok.encode(tokenizer, other)) == count
+    return len(tok.encode(tokenizer, text[cut:])) == len(tok.encode(tokenizer, other[cut:]))
+
+
+# How far back from a divergence the last special token is looked for (then all is encoded).
+_SPECIAL_WINDOW = 4096
+
+
+def _last_special_end(tokenizer: Any, text: str, limit: int) -> int:
+    pattern = special_pattern(getattr(tokenizer, "inner", tokenizer))
+    start = max(0, limit - _SPECIAL_WINDOW)
+    end = 0
+    for match in pattern.finditer(text, start, limit) if pattern is not None else ():
+        end = match.end()
+    return end
+
+
+def reconstruct_from_text(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
+) -> TokenSample:
+    completion = stored.completion
+    try:
+        prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
+    except RenderError as exc:
+        return TokenSample(
+            key=stored.key,
+            input_ids=[],
+            prompt_len=0,
+            verified=False,
+            reason=PROMPT_RENDER_FAILED,
+            detail=f"the chat template could not render this prompt: {exc}",
+            truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
+            id_source="text",
+        )
+    reading = read_completion(completion, prompt_text, profile)
+    encoded = [reading.ids(tokenizer, i) for i in range(len(reading.texts))]
+    expected = completion.completion_tokens
+    chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
+    completion_ids = encoded[chosen]
+    repair = None
+    if expected is not None and len(completion_ids) != expected:
+        repair = whitespace_repair(completion, prompt_text, profile, tokenizer, reading.texts)
+    verdict = verify_sample(
+        stored=stored,
+        profile=profile,
+        prompt_ids=prompt_ids,
+        completion_ids=completion_ids,
+        completion_text=reading.texts[chosen],
+        decoded_text=tok.decode(tokenizer, completion_ids),
+        notes=reading.notes_of(chosen),
+        whitespace_repair=repair,
+    )
+    if verdict.verified:
+        verdict = with_doubts(
+            verdict, prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
+        )
+    return TokenSample(
+        key=stored.key,
+        input_ids=prompt_ids + completion_ids,
+        prompt_len=len(prompt_ids),
+        verified=verdict.verified,
+        reason=verdict.reason,
+        detail=verdict.detail,
+        truncated=not reading.complete,
+        id_source="text",
+    )
+
+
+def whitespace_repairs(
+    completion: Completion, prompt_text: str, profile: ModelProfile
+) -> list[tuple[str, str, list[str]]]:
+    """(lead, trail, reading texts) for each edge whitespace a provider may have stripped, in
+    the order ``whitespace_repair`` tries them."""
+    repairs = []
+    for lead in EDGE_WHITESPACE:
+        for trail in EDGE_WHITESPACE:
+            if lead or trail:
+                repaired = copy.copy(completion)  # not ``replace``: 15 of these a sample
+                repaired.content = lead + (completion.content or "") + trail
+                repairs.append((lead, trail, read_completion(repaired, prompt_text, profile).texts))
+    return repairs
+
+
+def whitespace_repair(
+    completion: Completion,
+    prompt_text: str,
+    profile: ModelProfile,
+    tokenizer: Any,
+    texts: list[str] | None = None,
+) -> str | None:
+    """If whitespace restored at the content's edges makes the count match, say which.
+
+    ``texts`` are the readings of the completion as it came (their ids are at hand): a repaired
+    reading is counted from one of them by encoding only what lies between the special tokens
+    around the change (``CountFrom``), where the tokenizer is proven to split at special tokens.
+    """
+    expected = completion.completion_tokens
+    if profile.segmented is not None:
+        # Segments are encoded each on its own: count every repaired reading whole.
+        for lead, trail, _ in whitespace_repairs(completion, prompt_text, profile):
+            content = lead + (completion.content or "") + trail
+            reading = read_completion(replace(completion, content=content), prompt_text, profile)
+            if any(len(reading.ids(tokenizer, i)) == expected for i in range(len(reading.texts))):
+                return f"the count matches with {lead!r} before and {trail!r} after the content"
+        return None
+    known = texts or read_completion(completion, prompt_text, profile).texts
+    for lead, trail, counts in _repair_plan(completion, prompt_text, profile, tokenizer, known):
+        if any(count_from(tokenizer, pieces) == expected for pieces in counts):
+            return f"the count matches with {lead!r} before and {trail!r} after the content"
+    return None
+
+
+def _repair_plan(
+    completion: Completion,
+    prompt_text: str,
+    profile: ModelProfile,
+    tokenizer: Any,
+    known: list[str],
+) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+    """Each repair with, for each of its readings, the texts its count is made of
+    (``CountFrom.pieces``); worked out once per batch (``repair_texts`` lists them first)."""
+    memo = getattr(tokenizer, "memo", None) if isinstance(tokenizer, tok.EncoderView) else None
+    if memo is not None:
+        entry = memo.get(id(completion))
+        if entry is not None and entry[0] is completion and entry[1] == prompt_text:
+            return entry[2]
+    counter = CountFrom(tokenizer, known)
+    plan = [
+        (lead, trail, [counter.pieces(text) for text in repaired])
+        for lead, trail, repaired in whitespace_repairs(completion, prompt_text, profile)
+    ]
+    if memo is not None:
+        memo[id(completion)] = (completion, prompt_text, plan)
+    return plan
+
+
+def count_from(tokenizer: Any, pieces: tuple[str, ...]) -> int:
+    """The count ``CountFrom.pieces`` stand for: a whole text's, or a known text's changed."""
+    if len(pieces) == 1:
+        return tok.count(tokenizer, pieces[0])
+    base, old, new = (tok.count(tokenizer, piece) for piece in pieces)
+    return base - old + new
+
+
+def repair_texts(stored: StoredCompletion, tokenizer: Any, profile: ModelProfile) -> list[str]:
+    """What ``reconstruct_from_text`` will encode to try whitespace repairs on ``stored`` (none
+    when a reading has the provider's count), so a batch can encode them all at once."""
+    completion = stored.completion
+    expected = completion.completion_tokens
+    if expected is None or profile.segmented is not None:
+        return []  # a segmented family's readings are not encoded as texts
+    try:
+        prompt_text, _ = recorded_prompt(stored, tokenizer, profile)
+    except RenderError:
+        return []
+    texts = read_completion(completion, prompt_text, profile).texts
+    if any(tok.count(tokenizer, text) == expected for text in texts):
+        return []
+    plan = _repair_plan(completion, prompt_text, profile, tokenizer, texts)
+    return [piece for _, _, counts in plan for pieces in counts for piece in pieces]
+
+
+class CountFrom:
+    """Token counts of texts that differ a little from texts whose ids are known.
+
+    Ids never merge across a special token (checked per tokenizer by ``splits_at_specials``):
+    then a text's count is a known text's count, less the ids of the known text between the last
+    special token before the first difference and the first one after the last difference, plus
+    the ids of the new text's span there. Without that proof the whole text is encoded.
+    """
+
+    def __init__(self, tokenizer: Any, known: list[str]) -> None:
+        self.tokenizer = tokenizer
+        inner = getattr(tokenizer, "inner", tokenizer)
+        pattern = special_pattern(inner) if splits_at_specials(inner) else None
+        # Each known text with the starts and ends of its special tokens.
+        # Each known text with its beginnings up to a special token's end (longest first) and
+        # its endings from a special token's start (longest first), sliced once.
+        self.known = []
+        if pattern is not None:
+            for text in known:
+                matches = list(pattern.finditer(text))
+                heads = [(m.end(), text[: m.end()]) for m in reversed(matches)]
+                tails = [(m.start(), text[m.start() :]) for m in matches]
+                self.known.append((text, heads, [*tails, (len(text), "")]))
+
+    def pieces(self, text: str) -> tuple[str, ...]:
+        """What the count of ``text`` is made of (``count_from``): ``(text,)``, or a known text,
+        its span that changes and what ``text`` has there instead."""
+        window = self._window(text)
+        return (text,) if window is None else window
+
+    def count(self, text: str) -> int:
+        return count_from(self.tokenizer, self.pieces(text))
+
+    def _window(self, text: str) -> tuple[str, str, str] | None:
+        """(known text, its span that changes, what ``text`` has there instead), the smallest.
+
+        The span runs from the last special token's end up to which ``text`` begins as the
+        known text, to the first special token's start from which it ends as it: only the few
+        special tokens of a text are tried (a comparison in C each), never every character.
+        """
+        best = None
+        for base, heads, tails in self.known:
+            start = next((e for e, head in heads if text.startswith(head)), 0)
+            tail = len(text) - len(base)  # where base[i:] would begin in text: i + tail
+            end = next(
+                (
+                    s
+                    for s, ending in tails
+                    if s >= start and s + tail >= start and text.endswith(ending)
+                ),
+                None,
+            )
+            if end is None:
+                continue  # texts that do not end alike: not from this one
+            if best is None or end - start < len(best[1]):
+                best = (base, base[start:end], text[start : end + tail])
+        return best
+
+
+def strip_is_invisible(content: str, tokenizer: Any) -> bool:
+    """Whether whitespace stripped from this content's edges would leave the token count as is.
+
+    Such a strip cannot be seen in the counts, so content from a provider known to strip is
+    unprovable whenever this holds (a leading space merges into the first word's token).
+    """
+    return strips_are_invisible([content], tokenizer)[0]
+
+
+def strips_are_invisible(contents: list[str], tokenizer: Any, batch: int = 256) -> list[bool]:
+    """``strip_is_invisible`` of each content, the texts encoded in batch calls."""
+    variants = len(EDGE_WHITESPACE) ** 2
+    invisible = []
+    for start in range(0, len(contents), batch):
+        chunk = contents[start : start + batch]
+        texts = [
+            lead + content + trail
+            for content in chunk
+            for lead in EDGE_WHITESPACE
+            for trail in EDGE_WHITESPACE
+        ]
+        counts = [len(ids) for ids in tok.encode_batch(tokenizer, texts)]
+        for index, content in enumerate(chunk):
+            # Both edges at once too: a strip takes leading and trailing whitespace together.
+            own, *others = counts[index * variants : (index + 1) * variants]
+            invisible.append(bool(content) and own in others)
+    return invisible

@@ -1,0 +1,3 @@
+"""The store: one SQLite file per run holding every request and completion (``database``), and
+merging the stores of shards run apart (``merge``). It knows rows, not providers or models.
+"""

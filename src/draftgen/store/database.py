@@ -1,0 +1,1044 @@
+"""Store: one SQLite database per run directory, the single source of truth of a run.
+
+Completions are committed the moment they arrive (WAL, ``synchronous=FULL``) by one writer thread
+that groups whatever is queued into one transaction, so thousands of requests in flight cost one
+fsync per batch and the event loop never waits on disk. A ``kill -9`` loses nothing committed.
+The store knows rows, not providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import fcntl
+import os
+import queue
+import re
+import sqlite3
+import threading
+import time
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from draftgen.errors import DraftgenError
+from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
+
+DB_NAME = "draftgen.sqlite"
+REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
+LOCK_NAME = "draftgen.lock"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    request BLOB NOT NULL,
+    generation_id TEXT,
+    provider TEXT,
+    model TEXT,
+    reasoning TEXT,
+    content TEXT,
+    tool_calls TEXT,
+    finish_reason TEXT,
+    native_finish_reason TEXT,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    reasoning_tokens INTEGER,
+    cost REAL NOT NULL DEFAULT 0,
+    usage TEXT,
+    raw_message TEXT,
+    attempts INTEGER NOT NULL,
+    errors TEXT,
+    latency REAL,
+    created_at REAL NOT NULL,
+    endpoint TEXT,
+    endpoint_latency REAL
+);
+CREATE TABLE IF NOT EXISTS failures (
+    key TEXT PRIMARY KEY,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    errors TEXT,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    key TEXT PRIMARY KEY,
+    input_ids BLOB NOT NULL,
+    prompt_len INTEGER NOT NULL,
+    verified INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    truncated INTEGER NOT NULL,
+    id_source TEXT NOT NULL,
+    text_check TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS server_ids (
+    key TEXT PRIMARY KEY,
+    prompt_ids BLOB NOT NULL,
+    completion_ids BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS logprob_tokens (
+    key TEXT PRIMARY KEY,
+    token_bytes BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS endpoint_events (
+    endpoint TEXT NOT NULL,
+    event TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at REAL NOT NULL
+);
+-- run --batch (draftgen.generate.batch): one intent per batch create, committed before it is
+-- sent, and the rows it holds (custom_id = <nonce>-<row>); a row is in at most one live batch.
+CREATE TABLE IF NOT EXISTS batch_intents (
+    nonce TEXT PRIMARY KEY,
+    dialect TEXT NOT NULL,
+    url TEXT NOT NULL,
+    model TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    rows INTEGER NOT NULL,
+    body_hash TEXT NOT NULL,
+    worst_cost REAL,
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    batch_id TEXT UNIQUE,
+    input_file_id TEXT,
+    status TEXT,
+    status_at REAL,
+    request_counts TEXT,
+    cost REAL,
+    error TEXT,
+    results_cursor TEXT,
+    detail TEXT
+);
+CREATE TABLE IF NOT EXISTS batch_rows (
+    custom_id TEXT PRIMARY KEY,
+    nonce TEXT NOT NULL,
+    key TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    request BLOB NOT NULL,
+    prompt_tokens INTEGER,
+    outcome TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS batch_rows_by_key ON batch_rows (key);
+CREATE INDEX IF NOT EXISTS batch_rows_by_nonce ON batch_rows (nonce);
+"""
+
+INSERT_COMPLETION = """
+INSERT OR IGNORE INTO completions (key, source_id, turn, request, generation_id, provider, model,
+    reasoning, content, tool_calls, finish_reason, native_finish_reason, prompt_tokens,
+    completion_tokens, reasoning_tokens, cost, usage, raw_message, attempts, errors, latency,
+    created_at, endpoint, endpoint_latency)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_ENDPOINT_EVENT = (
+    "INSERT INTO endpoint_events (endpoint, event, detail, at) VALUES (?, ?, ?, ?)"
+)
+INSERT_FAILURE = """
+INSERT OR REPLACE INTO failures (key, source_id, turn, reason, attempts, errors, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_SAMPLE = """
+INSERT OR REPLACE INTO samples (key, input_ids, prompt_len, verified, reason, detail, truncated,
+    id_source, text_check) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_SERVER_IDS = """
+INSERT OR IGNORE INTO server_ids (key, prompt_ids, completion_ids) VALUES (?, ?, ?)
+"""
+
+
+SELECT_COMPLETIONS = (
+    "SELECT c.*, i.prompt_ids AS server_prompt_ids,"
+    " i.completion_ids AS server_completion_ids, l.token_bytes AS logprob_token_bytes"
+    " FROM completions c LEFT JOIN server_ids i ON i.key = c.key"
+    " LEFT JOIN logprob_tokens l ON l.key = c.key"
+)
+INSERT_LOGPROB_TOKENS = "INSERT OR IGNORE INTO logprob_tokens (key, token_bytes) VALUES (?, ?)"
+
+
+class StoreError(DraftgenError, RuntimeError):
+    """The run directory cannot be used as asked; the message says what to do."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    return connection
+
+
+class Store:
+    """Reads and synchronous writes; ``CompletionWriter`` does the writes of a live run."""
+
+    def __init__(self, run_dir: Path, *, create: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / DB_NAME
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise StoreError(
+                f"{self.run_dir} is a file, not a run directory; give a directory (new or a "
+                "run's) instead"
+            )
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.run_dir} holds no draftgen run ({DB_NAME} is missing)")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.db = connect(self.path)
+            self.db.executescript(SCHEMA)
+            _add_missing_columns(self.db)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the store in {self.run_dir}: {exc}") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- settings -------------------------------------------------------------------------------
+
+    def check_settings(self, settings: dict) -> None:
+        """Record the generation settings, or refuse if the store was made with others."""
+        row = self.db.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
+        if row is None:
+            self.db.execute(
+                "INSERT INTO meta (name, value) VALUES ('settings', ?)",
+                (orjson.dumps(settings, option=orjson.OPT_SORT_KEYS).decode(),),
+            )
+            return
+        stored = orjson.loads(row[0])
+        changed = [
+            f"{name}={stored.get(name)!r} (now {settings.get(name)!r})"
+            for name in sorted(set(stored) | set(settings))
+            if stored.get(name) != settings.get(name)
+        ]
+        if changed:
+            raise StoreError(
+                f"{self.run_dir} was generated with other settings: {', '.join(changed)}; "
+                "rerun with the stored settings to resume, or choose a new --out directory"
+            )
+
+    def check_identity(self, name: str, value: str, what: str) -> None:
+        """Record ``value`` under meta ``name``, or refuse if the store has another one.
+
+        A store from before ``name`` was recorded takes the value it is resumed with.
+        """
+        stored = self.meta(name)
+        if stored is None:
+            self.set_meta(name, value)
+        elif stored != value:
+            raise StoreError(
+                f"{self.run_dir} was generated with another {what} ({name} {stored[:12]}, now "
+                f"{value[:12]}); resume with the {what} it was made with, or choose a new --out "
+                "directory"
+            )
+
+    def meta(self, name: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
+
+    # -- completions ----------------------------------------------------------------------------
+
+    def stored_finishes(self) -> Iterator[tuple[str, str | None]]:
+        """(key, finish_reason) of every stored completion, streamed: what a resume skips."""
+        yield from self.db.execute("SELECT key, finish_reason FROM completions")
+
+    def answer(self, key: str) -> tuple[str, str | None] | None:
+        """(content, finish_reason) of the completion stored under ``key``, or None."""
+        row = self.db.execute(
+            "SELECT content, finish_reason FROM completions WHERE key = ?", (key,)
+        ).fetchone()
+        return None if row is None else (row[0] or "", row[1])
+
+    def completions(self, without_sample: bool = False) -> Iterator[StoredCompletion]:
+        sql = SELECT_COMPLETIONS
+        if without_sample:
+            sql += " WHERE c.key NOT IN (SELECT key FROM samples)"
+        cursor = self.db.execute(sql + " ORDER BY source_id, turn")
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            yield _stored_completion(dict(zip(names, values, strict=True)))
+
+    def pending_completions(
+        self,
+        batch: int = 256,
+        follow: threading.Event | None = None,
+        stop: threading.Event | None = None,
+        poll: float = 0.05,
+    ) -> Iterator[list[StoredCompletion]]:
+        """Completions without a sample, ``batch`` at a time, in storage order.
+
+        No cursor stays open between batches, so samples can be written in between, and only
+        one batch is in memory however many completions the store holds. With ``follow``, keep
+        waiting for completions another connection stores until it is set, then take the rest
+        (from the start again: nothing committed meanwhile is missed). ``stop`` ends at once.
+        """
+        sql = (
+            SELECT_COMPLETIONS.replace("SELECT ", "SELECT c.rowid AS store_rowid, ", 1)
+            + " WHERE c.rowid > ? AND c.key NOT IN (SELECT key FROM samples)"
+            " ORDER BY c.rowid LIMIT ?"
+        )
+        after = 0
+        # Keys of the last batches handed out: their samples may not be written yet when the
+        # last pass starts over, and must not be handed out twice.
+        recent: collections.deque[set[str]] = collections.deque(maxlen=2)
+        last_pass = False
+        while stop is None or not stop.is_set():
+            following = follow is not None and not follow.is_set()
+            cursor = self.db.execute(sql, (after, batch))
+            names = [d[0] for d in cursor.description]
+            rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            if not rows:
+                if not following:
+                    if follow is None or after == 0:
+                        return
+                    follow, after, last_pass = None, 0, True  # the last pass, from the start
+                    continue
+                follow.wait(poll)
+                continue
+            after = rows[-1].pop("store_rowid")
+            if last_pass:
+                rows = [row for row in rows if not any(row["key"] in keys for keys in recent)]
+            else:
+                recent.append({row["key"] for row in rows})
+            for row in rows:
+                row.pop("store_rowid", None)
+            if rows:
+                yield [_stored_completion(row) for row in rows]
+
+    def clear_samples(self) -> None:
+        self.db.execute("DELETE FROM samples")
+
+    def add_samples(self, samples: list[TokenSample]) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(INSERT_SAMPLE, [sample_row(s) for s in samples])
+        self.db.execute("COMMIT")
+
+    def providers_with_reason(self, reason: str) -> set[str]:
+        return {
+            provider or ""
+            for (provider,) in self.db.execute(
+                "SELECT DISTINCT c.provider FROM samples s JOIN completions c ON c.key = s.key"
+                " WHERE s.reason = ?",
+                (reason,),
+            )
+        }
+
+    def providers_keeping_edge_whitespace(self) -> set[str]:
+        """Providers that returned some content with whitespace at its edges: they do not strip."""
+        return {
+            provider or ""
+            for (provider,) in self.db.execute(
+                "SELECT DISTINCT provider FROM completions WHERE content <>"
+                " trim(content, ' ' || char(9) || char(10) || char(13))"
+            )
+        }
+
+    def verified_contents(self, providers: set[str]) -> Iterator[tuple[str, str]]:
+        """(key, content) of every verified text-path sample served by one of ``providers``
+        (ids a server returned do not depend on what its text looked like)."""
+        for provider in sorted(providers):
+            yield from self.db.execute(
+                "SELECT c.key, coalesce(c.content, '') FROM samples s JOIN completions c"
+                " ON c.key = s.key WHERE s.verified = 1 AND s.id_source = 'text'"
+                " AND coalesce(c.provider, '') = ?",
+                (provider,),
+            ).fetchall()
+
+    def flag_samples(self, flags: list[tuple[str, str, str]]) -> None:
+        """Mark samples unverified: (key, reason, detail)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(
+            "UPDATE samples SET verified = 0, reason = ?, detail = ? WHERE key = ?",
+            [(reason, detail, key) for key, reason, detail in flags],
+        )
+        self.db.execute("COMMIT")
+
+    def export_rows(self, include_unverified: bool) -> Iterator[dict]:
+        sql = """
+            SELECT c.key, c.source_id, c.turn, c.finish_reason, c.provider, c.generation_id,
+                   s.input_ids, s.prompt_len, s.verified, s.reason, s.truncated, s.id_source
+            FROM samples s JOIN completions c ON c.key = s.key
+        """
+        if not include_unverified:
+            sql += " WHERE s.verified = 1 AND s.truncated = 0"
+        for row in self.db.execute(sql + " ORDER BY c.source_id, c.turn, c.key"):
+            (
+                key,
+                source_id,
+                turn,
+                finish,
+                provider,
+                generation_id,
+                blob,
+                prompt_len,
+                verified,
+                reason,
+                truncated,
+                id_source,
+            ) = row
+            ids = array("i")
+            ids.frombytes(blob)
+            yield {
+                "key": key,
+                "source_id": source_id,
+                "turn": turn,
+                "input_ids": ids.tolist(),
+                "prompt_len": prompt_len,
+                "verified": bool(verified) and not truncated,
+                "verify_reason": reason,
+                "finish_reason": finish,
+                "provider": provider,
+                "generation_id": generation_id,
+                "id_source": id_source,
+            }
+
+    def export_completions(
+        self, include_unverified: bool
+    ) -> Iterator[tuple[StoredCompletion, dict]]:
+        """The completions of the samples ``export_rows`` yields, in the same order, each with
+        its verdict (``verified``, ``verify_reason``): for exports that keep text, not ids."""
+        sql = (
+            SELECT_COMPLETIONS.replace(
+                "SELECT ",
+                "SELECT s.verified AS sample_verified, s.truncated AS sample_truncated,"
+                " s.reason AS sample_reason, ",
+                1,
+            )
+            + " JOIN samples s ON s.key = c.key"
+        )
+        if not include_unverified:
+            sql += " WHERE s.verified = 1 AND s.truncated = 0"
+        cursor = self.db.execute(sql + " ORDER BY c.source_id, c.turn, c.key")
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            row = dict(zip(names, values, strict=True))
+            verified, truncated = row.pop("sample_verified"), row.pop("sample_truncated")
+            verdict = {
+                "verified": bool(verified) and not truncated,
+                "verify_reason": row.pop("sample_reason"),
+            }
+            yield _stored_completion(row), verdict
+
+    def report_rows(self) -> Iterator[dict]:
+        """One dict per stored completion with what ``draftgen report`` draws: usage, latency,
+        time, attempt errors, and its sample's verdict (None before reconstruction)."""
+        cursor = self.db.execute(
+            "SELECT c.key, c.provider, c.finish_reason, c.prompt_tokens, c.completion_tokens,"
+            " c.reasoning_tokens, c.cost, c.latency, c.created_at, c.attempts, c.errors,"
+            " s.prompt_len, length(s.input_ids) / 4 AS sample_len, s.verified, s.truncated,"
+            " s.reason, c.endpoint, c.endpoint_latency"
+            " FROM completions c LEFT JOIN samples s ON s.key = c.key"
+            " ORDER BY c.created_at"
+        )
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            row = dict(zip(names, values, strict=True))
+            row["errors"] = orjson.loads(row["errors"]) if row["errors"] else []
+            yield row
+
+    def failure_rows(self) -> Iterator[dict]:
+        """One dict per request that finally failed: reason, attempts, attempt errors, time."""
+        cursor = self.db.execute(
+            "SELECT key, source_id, turn, reason, attempts, errors, created_at FROM failures"
+            " ORDER BY created_at"
+        )
+        names = [d[0] for d in cursor.description]
+        for values in cursor:
+            row = dict(zip(names, values, strict=True))
+            row["errors"] = orjson.loads(row["errors"]) if row["errors"] else []
+            yield row
+
+    def counts(self) -> dict:
+        """Everything ``draftgen status`` prints."""
+        one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
+        completions, cost, prompt_tokens, completion_tokens = one(
+            "SELECT count(*), coalesce(sum(cost), 0), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0) FROM completions"
+        )
+        return {
+            "completions": completions,
+            "cost": cost,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "retried_attempts": one("SELECT coalesce(sum(attempts - 1), 0) FROM completions")[0],
+            "retried_errors": self.retried_errors(),
+            "failures": dict(
+                self.db.execute(
+                    "SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"
+                )
+            ),
+            "finish_reasons": dict(
+                self.db.execute(
+                    "SELECT coalesce(finish_reason, 'none'), count(*) FROM completions"
+                    " GROUP BY 1 ORDER BY 2 DESC"
+                )
+            ),
+            "samples": one("SELECT count(*) FROM samples")[0],
+            "verified": one("SELECT count(*) FROM samples WHERE verified = 1 AND truncated = 0")[0],
+            "truncated": one("SELECT count(*) FROM samples WHERE truncated = 1")[0],
+            "reasons": dict(
+                self.db.execute(
+                    "SELECT reason, count(*) FROM samples GROUP BY reason ORDER BY 2 DESC"
+                )
+            ),
+            "unreconstructed": self.unreconstructed(),
+            "exactness": self.exactness(),
+            "endpoints": self.endpoint_figures(),
+            **self.rejected_rows(),
+            "active_run": RunLock.holder(self.run_dir, ignore_own=True),
+            "batches": self.batch_figures(),
+        }
+
+    def batch_figures(self) -> dict:
+        """Batches of ``run --batch`` (empty for a live run): intents by state, final batches by
+        status, the ones in flight, and what the API charged (``usage.cost``) against the cost
+        of the rows that came back."""
+        one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
+        if not one("SELECT count(*) FROM batch_intents")[0]:
+            return {}
+        in_flight = [
+            {
+                "nonce": nonce,
+                "batch_id": batch_id,
+                "state": state,
+                "status": status,
+                "rows": rows,
+                "submitted_at": created_at,
+                "status_at": status_at,
+            }
+            for nonce, batch_id, state, status, rows, created_at, status_at in self.db.execute(
+                "SELECT nonce, batch_id, state, status, rows, created_at, status_at"
+                " FROM batch_intents WHERE state IN ('submitting', 'submitted')"
+                " ORDER BY created_at, nonce"
+            )
+        ]
+        charged, known = one(
+            "SELECT coalesce(sum(cost), 0), count(cost) FROM batch_intents WHERE state = 'ingested'"
+        )
+        rows_cost = one(
+            "SELECT coalesce(sum(c.cost), 0) FROM batch_rows r JOIN completions c ON c.key = r.key"
+            " WHERE r.outcome = 'done'"
+        )[0]
+        return {
+            "by_state": dict(
+                self.db.execute("SELECT state, count(*) FROM batch_intents GROUP BY 1")
+            ),
+            "final": dict(
+                self.db.execute(
+                    "SELECT status, count(*) FROM batch_intents WHERE state = 'ingested'"
+                    " GROUP BY 1 ORDER BY 2 DESC"
+                )
+            ),
+            "in_flight": in_flight,
+            "rows_in_flight": sum(b["rows"] for b in in_flight),
+            "rows_sent": one("SELECT count(*) FROM batch_rows")[0],
+            "rows_answered": one("SELECT count(*) FROM batch_rows WHERE outcome = 'done'")[0],
+            "rows_sent_again": one(
+                "SELECT count(*) FROM batch_rows WHERE outcome IN"
+                " ('failed', 'expired', 'cancelled', 'missing', 'batch_failed')"
+            )[0],
+            "charged": charged if known else None,  # None: the API reports no batch cost
+            "rows_cost": rows_cost,
+        }
+
+    def unreconstructed(self) -> int:
+        """Stored completions without a sample yet (an export leaves them out)."""
+        return self.db.execute(
+            "SELECT count(*) FROM completions WHERE key NOT IN (SELECT key FROM samples)"
+        ).fetchone()[0]
+
+    def retried_errors(self) -> dict[str, int]:
+        """Failed attempts that were tried again, by kind: every error of a stored completion,
+        and all but the last of a final failure (the last one is the failure itself)."""
+        rows = self.db.execute(
+            "SELECT coalesce(json_extract(e.value, '$.kind'), 'unknown'), count(*) FROM ("
+            " SELECT c.errors AS errors, -1 AS last FROM completions c WHERE c.errors IS NOT NULL"
+            " UNION ALL SELECT f.errors, json_array_length(f.errors) - 1 FROM failures f"
+            " WHERE f.errors IS NOT NULL) AS t, json_each(t.errors) AS e"
+            " WHERE t.last < 0 OR e.key < t.last GROUP BY 1 ORDER BY 2 DESC, 1"
+        )
+        return dict(rows)
+
+    def rejected_rows(self) -> dict:
+        """``rejected``: rows the last run over this directory could not use (the lines of
+        ``rejected.jsonl``), and ``rejected_reasons``: how many for each kind of reason."""
+        path = self.run_dir / REJECTED_NAME
+        reasons: collections.Counter = collections.Counter()
+        try:
+            with open(path, "rb") as handle:
+                for line in handle:
+                    if line.strip():
+                        try:
+                            reason = orjson.loads(line).get("reason")
+                        except (orjson.JSONDecodeError, AttributeError):
+                            reason = None
+                        reasons[rejection_kind(reason if isinstance(reason, str) else "")] += 1
+        except FileNotFoundError:
+            pass
+        return {"rejected": sum(reasons.values()), "rejected_reasons": dict(reasons.most_common())}
+
+    def endpoint_figures(self) -> dict[str, dict]:
+        """Per endpoint (base URL): attempts sent, completions served, failed attempts by kind,
+        ejections and readmissions, mean latency of the serving attempt, tokens. Stores from
+        before endpoints were recorded have none."""
+        figures: dict[str, dict] = {}
+
+        def entry(endpoint: str) -> dict:
+            return figures.setdefault(
+                endpoint,
+                {
+                    "requests": 0,
+                    "completions": 0,
+                    "errors": 0,
+                    "error_kinds": {},
+                    "ejections": 0,
+                    "readmissions": 0,
+                    "removed": False,
+                    "latency_mean": None,
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                },
+            )
+
+        for endpoint, served, latency, prompt, completion in self.db.execute(
+            "SELECT endpoint, count(*), avg(endpoint_latency), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0) FROM completions WHERE endpoint IS NOT NULL"
+            " GROUP BY endpoint"
+        ):
+            row = entry(endpoint)
+            row.update(completions=served, prompt_tokens=prompt, completion_tokens=completion)
+            row["latency_mean"] = round(latency, 4) if latency is not None else None
+        for endpoint, kind, count in self.db.execute(
+            "SELECT json_extract(e.value, '$.endpoint') AS endpoint, json_extract(e.value,"
+            " '$.kind'), count(*) FROM (SELECT errors FROM completions WHERE errors IS NOT NULL"
+            " UNION ALL SELECT errors FROM failures WHERE errors IS NOT NULL) AS t,"
+            " json_each(t.errors) AS e WHERE endpoint IS NOT NULL GROUP BY 1, 2"
+        ):
+            row = entry(endpoint)
+            row["errors"] += count
+            row["error_kinds"][kind or "unknown"] = count
+        for endpoint, event, count in self.db.execute(
+            "SELECT endpoint, event, count(*) FROM endpoint_events GROUP BY 1, 2"
+        ):
+            row = entry(endpoint)
+            if event == "ejected":
+                row["ejections"] = count
+            elif event == "readmitted":
+                row["readmissions"] = count
+            elif event == "removed":
+                row["removed"] = True
+        for row in figures.values():
+            row["requests"] = row["completions"] + row["errors"]
+            row["error_kinds"] = dict(sorted(row["error_kinds"].items(), key=lambda i: -i[1]))
+        return dict(sorted(figures.items(), key=lambda item: (-item[1]["requests"], item[0])))
+
+    def exactness(self) -> dict:
+        """Per id source (server | logprobs | text): samples, verified; and, where the server
+        gave the ids, how often the text path rebuilt exactly them (``text_check``)."""
+        by_source = {
+            source: {"samples": samples, "verified": verified}
+            for source, samples, verified in self.db.execute(
+                "SELECT id_source, count(*), coalesce(sum(verified = 1 AND truncated = 0), 0)"
+                " FROM samples GROUP BY id_source ORDER BY 2 DESC"
+            )
+        }
+        checks = dict(
+            self.db.execute(
+                "SELECT text_check, count(*) FROM samples WHERE text_check <> ''"
+                " GROUP BY text_check ORDER BY 2 DESC"
+            )
+        )
+        checked = sum(checks.values())
+        agrees = checks.get("agrees", 0)
+        return {
+            "id_sources": by_source,
+            "text_checks": checks,
+            "text_agreement": round(agrees / checked, 4) if checked else None,
+        }
+
+
+class RunLock:
+    """An exclusive lock on a run directory, naming the process that holds it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_NAME
+        self._handle = None
+
+    def acquire(self) -> None:
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise StoreError(
+                f"{self.path.parent} is in use by draftgen {holder}; wait for it to finish or "
+                "stop it before running again on this directory"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    @staticmethod
+    def holder(run_dir: Path, ignore_own: bool = False) -> str | None:
+        """Who holds the lock now (``"pid N"``: a run is working on the directory), or None.
+
+        Reading takes no lock a run would wait for: a shared lock is tried and let go at once.
+        ``ignore_own``: this process's own run is not "another run" (a run's final summary).
+        """
+        try:
+            handle = open(Path(run_dir) / LOCK_NAME)
+        except OSError:
+            return None  # never locked (no lock file) or unreadable: no run can hold it
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = handle.read().strip() or "another process"
+                return None if ignore_own and holder == f"pid {os.getpid()}" else holder
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+class SampleTally:
+    """Samples reconstructed and verified so far, counted by a thread of its own every few
+    seconds on its own connection: a live display reads two numbers, the loop never waits."""
+
+    def __init__(self, path: Path, every: float = 2.0) -> None:
+        self.path = path
+        self.every = every
+        self.samples = 0
+        self.verified = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="draftgen-tally", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def count(self, db: sqlite3.Connection) -> None:
+        self.samples, self.verified = db.execute(
+            "SELECT count(*), coalesce(sum(verified = 1 AND truncated = 0), 0) FROM samples"
+        ).fetchone()
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        except sqlite3.Error:
+            return  # a figure of the display only: the run goes on without it
+        try:
+            while True:
+                try:
+                    self.count(db)
+                except sqlite3.Error:
+                    pass
+                if self._stop.wait(self.every):
+                    with contextlib.suppress(sqlite3.Error):
+                        self.count(db)  # the figures as the display closes
+                    return
+        finally:
+            db.close()
+
+
+class CompletionWriter:
+    """A thread committing completions and failures in groups; awaiting a write means durable."""
+
+    def __init__(self, path: Path) -> None:
+        self.failure_reasons: collections.Counter = collections.Counter()  # this process's
+        self._queue: queue.Queue = queue.Queue()
+        self._db = connect(path)
+        self._thread = threading.Thread(target=self._run, name="draftgen-store", daemon=True)
+        self._thread.start()
+
+    async def add_completion(
+        self,
+        key: str,
+        source_id: str,
+        turn: int,
+        request: bytes,
+        completion: Completion,
+        attempts: int,
+        errors: list[dict],
+        latency: float,
+    ) -> None:
+        await self._submit(
+            completion_statements(
+                key, source_id, turn, request, completion, attempts, errors, latency
+            )
+        )
+
+    async def write(self, statements: list[tuple[str, tuple]]) -> None:
+        """Commit ``statements`` in one transaction (with whatever else is queued); durable
+        once awaited."""
+        await self._submit(statements)
+
+    async def add_failure(
+        self, key: str, source_id: str, turn: int, reason: str, attempts: int, errors: list[dict]
+    ) -> None:
+        row = (key, source_id, turn, reason, attempts, _json_or_none(errors), time.time())
+        self.failure_reasons[reason] += 1
+        await self._submit([(INSERT_FAILURE, row)])
+
+    def note_endpoint_event(self, endpoint: str, event: str, detail: str) -> None:
+        """Queue an endpoint's ejection, readmission or removal; not awaited, since the router
+        that reports it runs in no coroutine of its own (a lost event costs only a figure)."""
+        row = (endpoint, event, detail[:500], time.time())
+        self._queue.put(([(INSERT_ENDPOINT_EVENT, row)], concurrent.futures.Future()))
+
+    async def _submit(self, statements: list) -> None:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((statements, future))
+        await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._db.close()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < 1000:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for statements, _ in batch:
+                    for sql, params in statements:
+                        self._db.execute(sql, params)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                error = StoreError(f"cannot write to the store: {exc}")
+                for _, future in batch:
+                    future.set_exception(error)
+                continue
+            for _, future in batch:
+                future.set_result(None)
+
+
+def completion_statements(
+    key: str,
+    source_id: str,
+    turn: int,
+    request: bytes,
+    completion: Completion,
+    attempts: int,
+    errors: list[dict],
+    latency: float,
+) -> list[tuple[str, tuple]]:
+    """The statements that store one completion (and clear a failure of its key); a completion
+    already stored under ``key`` is kept, so storing one twice changes nothing."""
+    row = (
+        key,
+        source_id,
+        turn,
+        request,
+        completion.generation_id,
+        completion.provider,
+        completion.model,
+        completion.reasoning,
+        completion.content,
+        _json_or_none(completion.tool_calls),
+        completion.finish_reason,
+        completion.native_finish_reason,
+        completion.prompt_tokens,
+        completion.completion_tokens,
+        completion.reasoning_tokens,
+        completion.cost,
+        _json_or_none(completion.usage),
+        _json_or_none(pack_message(completion)),
+        attempts,
+        _json_or_none(errors),
+        latency,
+        time.time(),
+        completion.endpoint,
+        completion.endpoint_latency,
+    )
+    statements = [(INSERT_COMPLETION, row), ("DELETE FROM failures WHERE key = ?", (key,))]
+    if completion.prompt_token_ids is not None and completion.completion_token_ids is not None:
+        ids = (
+            key,
+            array("i", completion.prompt_token_ids).tobytes(),
+            array("i", completion.completion_token_ids).tobytes(),
+        )
+        statements.append((INSERT_SERVER_IDS, ids))
+    if completion.logprob_bytes is not None:
+        packed = orjson.dumps([token.hex() for token in completion.logprob_bytes])
+        statements.append((INSERT_LOGPROB_TOKENS, (key, packed)))
+    return statements
+
+
+def rejection_kind(reason: str) -> str:
+    """A rejection reason without its row's particulars, so that alike rows count together:
+    "messages[3] has unknown role 'x'; use one of ..." is "messages[i] has unknown role 'x'"."""
+    kind = re.split(r"; | \(", reason, maxsplit=1)[0].strip()
+    kind = re.sub(r"\[\d+\]", "[i]", kind)
+    kind = re.sub(r"\bid '[^']*'", "id '…'", kind)
+    kind = re.sub(r"\b\d+\b", "N", kind)
+    return kind or "unknown"
+
+
+def sample_row(sample: TokenSample) -> tuple:
+    return (
+        sample.key,
+        array("i", sample.input_ids).tobytes(),
+        sample.prompt_len,
+        int(sample.verified),
+        sample.reason,
+        sample.detail,
+        int(sample.truncated),
+        sample.id_source,
+        sample.text_check,
+    )
+
+
+def _stored_completion(row: dict) -> StoredCompletion:
+    request = orjson.loads(row["request"])
+    completion = Completion(
+        generation_id=row["generation_id"],
+        provider=row["provider"],
+        model=row["model"],
+        reasoning=row["reasoning"],
+        content=row["content"],
+        tool_calls=orjson.loads(row["tool_calls"]) if row["tool_calls"] else None,
+        finish_reason=row["finish_reason"],
+        native_finish_reason=row["native_finish_reason"],
+        usage=orjson.loads(row["usage"]) if row["usage"] else {},
+        raw_message=unpack_message(row["raw_message"], row["reasoning"], row["content"]),
+        prompt_token_ids=_ids_or_none(row.get("server_prompt_ids")),
+        completion_token_ids=_ids_or_none(row.get("server_completion_ids")),
+        logprob_bytes=(
+            [bytes.fromhex(t) for t in orjson.loads(row["logprob_token_bytes"])]
+            if row.get("logprob_token_bytes") is not None
+            else None
+        ),
+    )
+    return StoredCompletion(
+        key=row["key"],
+        source_id=row["source_id"],
+        turn=row["turn"],
+        messages=request["messages"],
+        tools=request.get("tools"),
+        completion=completion,
+        rendering=(
+            Rendering.from_dict(request["rendering"])
+            if isinstance(request.get("rendering"), dict)
+            else None
+        ),
+        stored_at=row.get("created_at"),
+        latency=row.get("latency"),
+    )
+
+
+def _ids_or_none(blob: bytes | None) -> list[int] | None:
+    if blob is None:
+        return None
+    ids = array("i")
+    ids.frombytes(blob)
+    return ids.tolist()
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Columns added after a store was first made (CREATE TABLE IF NOT EXISTS keeps old tables)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(samples)")}
+    if "text_check" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN text_check TEXT NOT NULL DEFAULT ''")
+    columns = {row[1] for row in db.execute("PRAGMA table_info(completions)")}
+    for name, kind in (("endpoint", "TEXT"), ("endpoint_latency", "REAL")):
+        if name not in columns:  # stores from before several endpoints: NULL, "not recorded"
+            db.execute(f"ALTER TABLE completions ADD COLUMN {name} {kind}")
+
+
+# In a stored raw message, a text that is the completion's reasoning or content (OpenRouter sends
+# the reasoning twice: ``reasoning`` and ``reasoning_details[].text``) is this one-key object
+# naming the column that holds it, so the store keeps each text once.
+SAME_AS = "\u0000same_as"
+_SAME_AS_JSON = orjson.dumps(SAME_AS).decode()  # the key as it appears in the stored text
+_SHARED_MIN = 64  # shorter texts are cheaper to keep than to point at
+
+
+def pack_message(completion: Completion) -> object:
+    """``completion.raw_message`` with its copies of the reasoning and content made references."""
+    columns = {
+        text: name
+        for name, text in (("content", completion.content), ("reasoning", completion.reasoning))
+        if text and len(text) >= _SHARED_MIN
+    }
+    if not columns:
+        return completion.raw_message
+
+    def pack(value: object) -> object:
+        if isinstance(value, str):
+            name = columns.get(value)
+            return {SAME_AS: name} if name else value
+        if isinstance(value, dict):
+            return {k: pack(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [pack(v) for v in value]
+        return value
+
+    return pack(completion.raw_message)
+
+
+def unpack_message(text: str | None, reasoning: str | None, content: str | None) -> dict:
+    """The raw message as the API sent it, from what ``pack_message`` stored."""
+    if not text:
+        return {}
+    message = orjson.loads(text)
+    if _SAME_AS_JSON not in text:
+        return message
+    columns = {"reasoning": reasoning, "content": content}
+
+    def unpack(value: object) -> object:
+        if isinstance(value, dict):
+            if len(value) == 1 and SAME_AS in value:
+                return columns[value[SAME_AS]]
+            return {k: unpack(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [unpack(v) for v in value]
+        return value
+
+    return unpack(message)
+
+
+def _json_or_none(value: object) -> str | None:
+    return orjson.dumps(value).decode() if value else None

@@ -1,0 +1,239 @@
+"""Loading the target's tokenizer and rendering prompts through its own chat template.
+
+``fixture:NAME`` names an offline test tokenizer built by ``draftgen.tokens.fixtures``; anything
+else is a local directory or hub id for ``transformers`` (``trust_remote_code`` on, as Kimi needs).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from draftgen.errors import DraftgenError
+from draftgen.tokens import fast_encoder
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+FIXTURE_PREFIX = "fixture:"
+
+
+class TokenizerLoadError(DraftgenError, RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(spec: str) -> Any:
+    """Return a ``transformers`` tokenizer for ``spec`` (cached per process)."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    path = spec
+    if spec.startswith(FIXTURE_PREFIX):
+        from draftgen.tokens.fixtures import build_fixture
+
+        try:
+            path = str(build_fixture(spec[len(FIXTURE_PREFIX) :]))
+        except ValueError as exc:  # an unknown name: the message lists the fixtures
+            raise TokenizerLoadError(str(exc)) from None
+    elif not os.path.isdir(spec) and (
+        spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec)
+    ):
+        # A path, not a hub id (ORG/NAME): say so instead of the hub's complaint about its form.
+        raise TokenizerLoadError(
+            f"tokenizer {spec!r} is not a directory; pass the directory holding the target's "
+            "tokenizer_config.json, a hub id (ORG/NAME), or fixture:NAME"
+        )
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    except Exception as exc:  # transformers raises many types; the user needs one sentence
+        if _is_removed_bytes_to_unicode(exc):
+            raise TokenizerLoadError(
+                f"cannot load tokenizer {spec!r}: its remote code imports bytes_to_unicode from "
+                f"transformers.models.gpt2.tokenization_gpt2, which transformers "
+                f"{transformers.__version__} no longer has; update the model's tokenizer files as "
+                "Moonshot did upstream (import bytes_to_unicode from "
+                "transformers.convert_slow_tokenizer), or install transformers<5"
+            ) from exc
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise TokenizerLoadError(
+            f"cannot load tokenizer {spec!r} ({exc.__class__.__name__}: {first_line}); pass a "
+            "local tokenizer directory, a hub id reachable from this machine, or fixture:NAME"
+        ) from exc
+    if not getattr(tokenizer, "chat_template", None) and not _has_own_chat_encoding(tokenizer):
+        raise TokenizerLoadError(
+            f"tokenizer {spec!r} has no chat template: prompt ids must come from the target's own "
+            "template, so use a tokenizer directory whose tokenizer_config.json has chat_template "
+            "(or the model's encoding/encoding_*.py chat encoder beside it)"
+        )
+    return tokenizer
+
+
+def _is_removed_bytes_to_unicode(exc: BaseException) -> bool:
+    """Whether loading failed on the import transformers 5 removed, which older copies of Kimi's
+    ``tokenization_kimi.py`` make (transformers issue #43726)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ImportError) and "bytes_to_unicode" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+# Where a model repository keeps a Python chat encoder instead of a Jinja template
+# (DeepSeek-V3.2: encoding/encoding_dsv32.py; DeepSeek-V4: encoding/encoding_dsv4.py).
+ENCODER_GLOB = "encoding/encoding_*.py"
+
+
+def encoder_path(directory: str | os.PathLike) -> Any:
+    """The Python chat encoder a model directory ships, if any (the first by name)."""
+    from pathlib import Path
+
+    found = sorted(Path(directory).glob(ENCODER_GLOB))
+    return found[0] if found else None
+
+
+def tokenizer_encodes_chat(tokenizer: Any) -> bool:
+    """Whether the tokenizer's class brings its own ``apply_chat_template`` (Kimi's do)."""
+    from transformers import PreTrainedTokenizerBase
+
+    own = getattr(type(tokenizer), "apply_chat_template", None)
+    return own is not None and own is not PreTrainedTokenizerBase.apply_chat_template
+
+
+def _has_own_chat_encoding(tokenizer: Any) -> bool:
+    """A Python chat encoder in the directory, or a class that encodes chat itself."""
+    directory = getattr(tokenizer, "name_or_path", "") or ""
+    if directory and os.path.isdir(directory) and encoder_path(directory) is not None:
+        return True
+    return tokenizer_encodes_chat(tokenizer)
+
+
+def full_vocab(tokenizer: Any) -> dict[str, int]:
+    """The vocabulary including added special tokens."""
+    return tokenizer.get_vocab()
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Ids of ``text`` as servers tokenize a rendered template: specials as text, no BOS added.
+
+    The tokenizer's own ``encode(text, add_special_tokens=False)`` decides; a faster encoder
+    gives them once ``draftgen.tokens.fast_encoder.prove`` found it identical for this tokenizer.
+    """
+    if isinstance(tokenizer, EncoderView):
+        return tokenizer.encode_text(text)
+    return fast_encoder.codec_for(tokenizer).encode(text)
+
+
+def decode(tokenizer: Any, ids: list[int]) -> str:
+    """The text of ``ids``, special tokens spelled out, as the tokenizer's own decode gives it."""
+    if isinstance(tokenizer, EncoderView):
+        return tokenizer.decode_ids(ids)
+    return fast_encoder.codec_for(tokenizer).decode(ids)
+
+
+def count(tokenizer: Any, text: str) -> int:
+    """``len(encode(tokenizer, text))``, without copying ids a batch already holds."""
+    if isinstance(tokenizer, EncoderView):
+        return tokenizer.count_text(text)
+    return len(fast_encoder.codec_for(tokenizer).encode(text))
+
+
+def encode_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """``encode`` of every text, on every core where a fast encoder is proven.
+
+    The first batch of a process for a tokenizer proves one (``fast_encoder.prove``) with its
+    texts as the sample. A batch the fast encoder refuses (text it cannot take) goes text by
+    text through the tokenizer's own code, which raises as it always did.
+    """
+    if isinstance(tokenizer, EncoderView):
+        return [tokenizer.encode_text(text) for text in texts]
+    if not texts:
+        return []
+    choice = fast_encoder.prove(tokenizer, texts)
+    choice.encoded(sum(map(len, texts)))
+    codec = fast_encoder.codec_for(tokenizer)
+    try:
+        return codec.encode_batch(texts)
+    except Exception:
+        return [fast_encoder.reference_encode(tokenizer, text) for text in texts]
+
+
+def decode_batch(tokenizer: Any, batch: list[list[int]]) -> list[str]:
+    if isinstance(tokenizer, EncoderView):
+        return [tokenizer.decode_ids(ids) for ids in batch]
+    return fast_encoder.codec_for(tokenizer).decode_batch(batch)
+
+
+class EncoderView:
+    """A stand-in for a tokenizer that answers ``encode``/``decode`` itself (a batch's results).
+
+    ``memo`` keeps what a batch worked out once for a later step of the same batch.
+    """
+
+    memo: dict
+
+    def encode_text(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def count_text(self, text: str) -> int:
+        return len(self.encode_text(text))
+
+    def decode_ids(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
+
+# Files of a tokenizer directory that decide ids or the chat format (weights and configs of
+# the model itself are not read).
+_IDENTITY_PATTERNS = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "*.tiktoken",
+    "*.model",
+    "tiktoken.model",
+    "tokenization_*.py",
+    "tool_declaration*.py",
+    "encoding/*.py",
+    "encoding_*.py",  # Kimi K3's chat segments, imported by its tokenizer class
+)
+
+
+@functools.lru_cache(maxsize=8)
+def tokenizer_digest(spec: str) -> str:
+    """A digest of what decides a run's ids: the tokenizer's files and chat template (or encoder).
+
+    A local directory (a fixture's too) is hashed file by file; a hub id by what the loaded
+    tokenizer holds (class, vocabulary, added tokens, chat template).
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    tokenizer = load_tokenizer(spec)
+    directory = getattr(tokenizer, "name_or_path", "") or ""
+    if os.path.isdir(directory):
+        from pathlib import Path
+
+        root = Path(directory)
+        files = sorted({p for pattern in _IDENTITY_PATTERNS for p in root.glob(pattern)})
+        for path in files:
+            if path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+        return digest.hexdigest()
+    import orjson
+
+    added = {i: str(t) for i, t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items()}
+    digest.update(type(tokenizer).__name__.encode())
+    digest.update(orjson.dumps(sorted(full_vocab(tokenizer).items())))
+    digest.update(orjson.dumps(sorted(added.items())))
+    digest.update(orjson.dumps(getattr(tokenizer, "chat_template", None)))
+    return digest.hexdigest()
