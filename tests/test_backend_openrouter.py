@@ -1,13 +1,17 @@
-"""The OpenRouter wire format: every error shape classified, completions and streams parsed."""
+"""The OpenRouter wire format: every error shape classified, completions and streams parsed; its
+settings check (reasoning, provider routing) and its draftgen.toml table."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftgen.backends.openrouter import (
+from draftgen.backends import BACKEND_NAMES, SettingsError, config_tables, get_backend
+from draftgen.backends.base import (
     ApiError,
     StreamAccumulator,
     error_from_status,
@@ -330,3 +334,75 @@ def test_stream_event_of_several_megabytes():
     for i in range(0, len(blob), 8192):
         acc.feed_bytes(blob[i : i + 8192])
     assert acc.finish().content == "a"
+
+
+# -- the backend's own settings check and draftgen.toml table ------------------------------------
+
+
+def options(**given):
+    fields = {
+        "reasoning_effort": None,
+        "reasoning_max_tokens": None,
+        "provider": None,
+        "chat_template_kwargs": None,
+    }
+    return SimpleNamespace(**{**fields, **given})
+
+
+def test_settings_build_the_reasoning_object_and_pass_provider_routing():
+    backend = get_backend("openrouter")
+    assert backend.settings(options()) == {"reasoning": None, "provider": None}
+    assert backend.settings(options(reasoning_effort="high")) == {
+        "reasoning": {"effort": "high"},
+        "provider": None,
+    }
+    routing = {"order": ["chutes"], "allow_fallbacks": False}
+    assert backend.settings(options(reasoning_max_tokens=512, provider=routing)) == {
+        "reasoning": {"max_tokens": 512},
+        "provider": routing,
+    }
+    # An empty object asks for nothing, and is sent as given.
+    assert backend.settings(options(provider={}, chat_template_kwargs={}))["provider"] == {}
+
+
+def test_settings_refuse_template_variables_and_bad_routing():
+    backend = get_backend("openrouter")
+    with pytest.raises(SettingsError) as excinfo:
+        backend.settings(options(chat_template_kwargs={"enable_thinking": False}))
+    assert str(excinfo.value) == (
+        "--chat-template-kwargs is for vLLM/SGLang (--backend vllm, sglang or sglang-generate); "
+        "through OpenRouter the providers set the template's thinking switch from "
+        "--reasoning-effort, so use that instead"
+    )
+    with pytest.raises(SettingsError) as excinfo:
+        backend.settings(options(provider={"sort": "cheapest"}))
+    assert str(excinfo.value) == (
+        "openrouter.provider.sort must be a one of price, throughput, latency, not 'cheapest'; "
+        "fix [openrouter.provider]"
+    )
+    with pytest.raises(SettingsError) as excinfo:
+        backend.settings(options(provider=["chutes"]))
+    assert str(excinfo.value) == (
+        "openrouter.provider must be an object of routing preferences; fix [openrouter.provider]"
+    )
+
+
+def test_the_openrouter_table_is_the_backends_own():
+    table = get_backend("openrouter").config_table
+    assert (table.name, table.keys, table.shape, table.options) == (
+        "openrouter",
+        ("provider",),
+        "[openrouter.provider]",
+        ("provider",),
+    )
+    assert config_tables() == {"openrouter": table}  # the only backend with a table
+    assert table.read({}) == {"provider": None}
+    assert table.read({"provider": {}}) == {"provider": None}  # empty: the same as none
+    assert table.read({"provider": {"zdr": True}}) == {"provider": {"zdr": True}}
+    with pytest.raises(SettingsError) as excinfo:
+        table.read({"provider": {"zdr": "yes"}})
+    assert str(excinfo.value) == "openrouter.provider.zdr must be a true or false, not 'yes'"
+
+
+def test_only_openrouter_has_a_batch_api():
+    assert [get_backend(name).batch_api for name in BACKEND_NAMES] == [True, False, False, False]

@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from conftest import draftgen, write_prompts
 
-from draftgen.cli.config import load_config
 from draftgen.cli import main as cli
+from draftgen.cli.config import load_config
 from draftgen.profiles import PROFILES
 from draftgen.store.database import RunLock
 
@@ -48,6 +48,25 @@ def test_profile_lists_and_checks_its_choices(capsys):
         cli.main(["run", "--profile", "kimi"])
     err = capsys.readouterr().err
     assert "argument --profile: invalid choice: 'kimi'" in err and "kimi-k2" in err
+
+
+def test_choices_are_the_registries():
+    """A backend, dialect, export format or profile added to its registry is a choice at once."""
+    from draftgen.backends import BACKEND_NAMES
+    from draftgen.generate.batch.dialects import DIALECT_NAMES
+    from draftgen.outputs.export import FORMATS
+    from draftgen.simulator.config import DIALECTS
+
+    def choices(command: str, dest: str) -> list:
+        (action,) = [a for a in commands()[command]._actions if a.dest == dest]
+        return list(action.choices)
+
+    assert choices("run", "backend") == list(BACKEND_NAMES)
+    assert choices("estimate", "backend") == list(BACKEND_NAMES)
+    assert choices("run", "batch_dialect") == list(DIALECT_NAMES)
+    assert choices("simulate", "dialect") == list(DIALECTS)
+    assert choices("export", "format") == list(FORMATS)
+    assert choices("run", "profile") == choices("simulate", "profile") == sorted(PROFILES)
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from draftgen.backends import get_backend
-from draftgen.cli.config import ConfigError, example_text, load_config, options_of, resolve
 from draftgen.cli import main as cli
+from draftgen.cli.config import ConfigError, example_text, load_config, options_of, resolve
 from draftgen.generate.endpoints import EndpointSpec
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
@@ -90,6 +90,40 @@ def test_the_example_has_every_run_key_and_each_value_is_accepted(tmp_path):
     assert values["input"] == [str(tmp_path / "prompts.jsonl")]
     tables = tomllib.loads(text.replace("\n# [openrouter.provider]", "\n[openrouter.provider]"))
     assert tables["datasets"][0] == {"name": "chat", "path": "prompts.jsonl"}
+
+
+def test_the_examples_run_defaults_are_the_librarys(tmp_path):
+    """EXAMPLE is written out by hand: each default it shows is RunOptions' own (the flags take
+    theirs from there), so the three never drift apart."""
+    import dataclasses
+
+    from draftgen.generate.pipeline import RunOptions
+
+    library = {f.name: f.default for f in dataclasses.fields(RunOptions)}
+    library["completions_per_turn"] = library.pop("samples")
+    shown = {}
+    for line in example_text(run_parser()).split("\n[[datasets]]")[0].splitlines():
+        match = re.match(r"^# (\w+) = (.*?)(  # .*)?$", line)
+        if match and match.group(1) in library:
+            shown[match.group(1)] = tomllib.loads(f"v = {match.group(2)}")["v"]
+    defaults = {
+        "api_key_env": "OPENROUTER_API_KEY",
+        "backend": "openrouter",
+        "completions_per_turn": 1,
+        "concurrency": 64,
+        "stream": True,
+        "idle_timeout": 300.0,
+        "max_attempts": 8,
+        "retry_base_delay": 0.5,
+        "max_retries": 20000,
+        "shutdown_grace": 30.0,
+        "logprobs": False,
+        "allow_insecure_http": False,
+    }
+    assert {key: shown[key] for key in defaults} == defaults
+    assert {key: library[key] for key in defaults} == defaults
+    actions = options_of(run_parser())
+    assert {key: actions[key].draftgen_default for key in defaults} == defaults
 
 
 def test_flags_override_the_file_and_defaults_fill_the_rest(tmp_path):

@@ -20,7 +20,7 @@ from conftest import (
     write_prompts,
 )
 
-from draftgen.backends.openrouter import ApiError
+from draftgen.backends.base import ApiError
 from draftgen.cli.main import build_parser, format_status
 from draftgen.generate.client import AdaptiveLimiter, ChatClient, FatalApiError, RetryPolicy
 from draftgen.generate.endpoints import (

@@ -1,4 +1,5 @@
-"""Exact-id backends (vLLM, SGLang): wire parsing, and runs against the simulator's dialects.
+"""Exact-id backends (vLLM, SGLang): their settings check, wire parsing, and runs against the
+simulator's dialects.
 
 Against every dialect the exported ids equal the simulator's ground truth; with server ids the
 text reconstruction still runs, and it agrees exactly when the delivered text was exact.
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import orjson
 import pytest
 
-from draftgen.backends import BACKEND_NAMES, UnknownBackendError, get_backend
-from draftgen.backends.openrouter import ApiError
+from draftgen.backends import BACKEND_NAMES, SettingsError, UnknownBackendError, get_backend
+from draftgen.backends.base import ApiError
+from draftgen.generate.errors import RunError
 from draftgen.generate.pipeline import RunOptions, run
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
@@ -51,6 +54,59 @@ def test_registry_names_and_unknown_backend():
         get_backend("tgi")
     assert str(excinfo.value) == (
         "unknown backend 'tgi': use one of openrouter, vllm, sglang, sglang-generate"
+    )
+
+
+SERVERS = ["vllm", "sglang", "sglang-generate"]
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_servers_take_template_variables_and_no_openrouter_fields(name):
+    settings = get_backend(name).settings
+    given = {"enable_thinking": False}
+    assert settings(RunOptions([], "m", "t", Path("out"), chat_template_kwargs=given)) == {
+        "chat_template_kwargs": given
+    }
+    assert settings(RunOptions([], "m", "t", Path("out"), chat_template_kwargs={})) == {
+        "chat_template_kwargs": None
+    }
+    refused = (
+        f"reasoning and [openrouter.provider] are OpenRouter request fields; --backend {name} "
+        "does not take them, so drop them or use --backend openrouter"
+    )
+    for openrouter_only in (
+        {"reasoning_effort": "none"},
+        {"reasoning_max_tokens": 100},
+        {"provider": {"order": ["chutes"]}},
+    ):
+        with pytest.raises(SettingsError) as excinfo:
+            settings(RunOptions([], "m", "t", Path("out"), **openrouter_only))
+        assert str(excinfo.value) == refused
+    assert get_backend(name).config_table is None
+
+
+def test_the_run_asks_its_backend_and_says_why_as_a_run_error():
+    from draftgen.generate.pipeline import generation_settings
+
+    options = RunOptions([], "m", "t", Path("out"), backend="sglang", reasoning_effort="high")
+    with pytest.raises(RunError) as excinfo:
+        generation_settings(options)
+    assert str(excinfo.value) == (
+        "reasoning and [openrouter.provider] are OpenRouter request fields; --backend sglang does "
+        "not take them, so drop them or use --backend openrouter"
+    )
+    # Both reasoning flags at once are refused first, whatever the backend.
+    options.reasoning_max_tokens = 100
+    with pytest.raises(RunError) as excinfo:
+        generation_settings(options)
+    assert str(excinfo.value) == (
+        "--reasoning-effort and --reasoning-max-tokens exclude each other (OpenRouter takes one "
+        "of them); drop one"
+    )
+    options = RunOptions([], "m", "t", Path("out"), backend="vllm", seed=3)
+    options.chat_template_kwargs = {"enable_thinking": True}
+    assert generation_settings(options) == GenerationSettings(
+        model="m", seed=3, chat_template_kwargs={"enable_thinking": True}
     )
 
 
@@ -383,7 +439,7 @@ def test_cli_run_with_vllm_backend_shows_the_exactness_summary(tmp_path):
 
 
 def test_logprob_bytes_are_read_from_responses_and_streams():
-    from draftgen.backends.openrouter import StreamAccumulator, parse_completion
+    from draftgen.backends.base import StreamAccumulator, parse_completion
 
     entries = [
         {"token": "Hi", "logprob": -0.1, "bytes": [72, 105]},

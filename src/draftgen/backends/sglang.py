@@ -9,10 +9,11 @@ too. Whether ``output_ids`` includes the stop token is unconfirmed: the check ag
 
 from __future__ import annotations
 
+from functools import partial
+
 import orjson
 
-from draftgen.backends import Backend
-from draftgen.backends import openrouter as base
+from draftgen.backends import Backend, base
 from draftgen.backends.vllm import token_ids_of, with_ids
 from draftgen.records import Completion, GenerationSettings
 
@@ -67,5 +68,6 @@ BACKEND = Backend(
     request_body=request_body,
     parse_completion=parse_completion,
     stream_accumulator=_NoStreaming,
+    settings=partial(base.server_settings, backend="sglang"),
     needs_api_key=False,
 )

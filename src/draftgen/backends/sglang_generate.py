@@ -19,12 +19,12 @@ The server returns no prompt ids and no reasoning split: the pipeline fills both
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import orjson
 
-from draftgen.backends import Backend
-from draftgen.backends import openrouter as base
+from draftgen.backends import Backend, base
 from draftgen.backends.vllm import token_ids_of
 from draftgen.records import Completion, GenerationSettings
 
@@ -193,6 +193,7 @@ BACKEND = Backend(
     request_body=request_body,
     parse_completion=parse_completion,
     stream_accumulator=StreamAccumulator,
+    settings=partial(base.server_settings, backend="sglang-generate"),
     path="/generate",
     needs_api_key=False,
     needs_prompt_ids=True,

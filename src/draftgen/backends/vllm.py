@@ -7,10 +7,11 @@ included); streams carry ``prompt_token_ids`` in the first chunk and ``token_ids
 
 from __future__ import annotations
 
+from functools import partial
+
 import orjson
 
-from draftgen.backends import Backend
-from draftgen.backends import openrouter as base
+from draftgen.backends import Backend, base
 from draftgen.records import Completion, GenerationSettings
 
 MISSING_IDS_HINT = (
@@ -112,5 +113,6 @@ BACKEND = Backend(
     request_body=request_body,
     parse_completion=parse_completion,
     stream_accumulator=StreamAccumulator,
+    settings=partial(base.server_settings, backend="vllm"),
     needs_api_key=False,
 )

@@ -1,8 +1,9 @@
 """draftgen.toml: every ``run`` flag as a key of a file, checked against the parser it comes from.
 
 The keys are the run parser's own options (``--max-tokens`` is ``max_tokens``), so a new flag is a
-new key with the same type and choices; only the tables (``[[datasets]]``, ``[openrouter]``) and
-the estimate-only ``[estimate]`` keys are described here.
+new key with the same type and choices; only the tables (``[[datasets]]``, ``[backend]``,
+``[batch]``) and the estimate-only ``[estimate]`` keys are described here. A backend's own table
+(``[openrouter]``) is the backend's to read (``draftgen.backends.ConfigTable``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from draftgen.backends import ConfigTable, SettingsError, config_tables
 from draftgen.errors import DraftgenError
 from draftgen.inputs.mix import DatasetSpec
 
@@ -103,7 +105,9 @@ def resolve(
         dest: getattr(action, "draftgen_default", action.default)
         for dest, action in options_of(command_parser).items()
     }
-    values.update(datasets=None, provider=None, endpoints=None)
+    values["datasets"] = None
+    values.update((option, None) for table in config_tables().values() for option in table.options)
+    values["endpoints"] = None
     if path is not None:
         from_file = load_config(path, run_parser, tables)
         if "input" in vars(args):
@@ -127,9 +131,10 @@ def load_config(
 ) -> dict[str, Any]:
     """The file's settings, converted as the flags convert them; ConfigError if any is wrong.
 
-    Run keys come back by name, ``[[datasets]]`` as ``datasets`` (DatasetSpec list),
-    ``[openrouter.provider]`` as ``provider``, ``[[backend.endpoints]]`` as ``endpoints``
-    (EndpointSpec list) and a command table's keys as ``TABLE.KEY``.
+    Run keys come back by name, ``[[datasets]]`` as ``datasets`` (DatasetSpec list), a backend's
+    table as the options it sets (``[openrouter.provider]`` as ``provider``),
+    ``[[backend.endpoints]]`` as ``endpoints`` (EndpointSpec list) and a command table's keys as
+    ``TABLE.KEY``.
     """
     tables = tables or {}
     try:
@@ -139,9 +144,10 @@ def load_config(
         raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax there") from None
     base = path.parent
     run_options = options_of(run_parser)
+    owned = config_tables()
     values: dict[str, Any] = {}
     for key, value in document.items():
-        if key in ("datasets", "openrouter"):
+        if key == "datasets" or key in owned:
             continue
         if key in tables:
             values.update(_command_table(path, key, value, tables[key]))
@@ -163,7 +169,7 @@ def load_config(
         key = RENAMED_KEYS.get(key, key) if RENAMED_KEYS.get(key) in run_options else key
         action = run_options.get(key)
         if action is None:
-            raise ConfigError(_unknown(path, key, [*run_options, "datasets", "openrouter"]))
+            raise ConfigError(_unknown(path, key, [*run_options, "datasets", *owned]))
         values[key] = _convert(path, key, action, value, base)
     if "datasets" in document:
         if "input" in document:
@@ -171,8 +177,9 @@ def load_config(
                 f"{path}: input and [[datasets]] both list the prompts; keep one of them"
             )
         values["datasets"] = _datasets(path, document["datasets"], base)
-    if "openrouter" in document:
-        values["provider"] = _openrouter(path, document["openrouter"])
+    for name, table in owned.items():
+        if name in document:
+            values.update(_owned_table(path, table, document[name]))
     if "endpoints" in values and "base_url" in values:
         raise ConfigError(
             f"{path}: base_url and [[backend.endpoints]] both name endpoints; keep one of them"
@@ -354,21 +361,19 @@ def _batch_table(
     return values
 
 
-def _openrouter(path: Path, value: object) -> dict | None:
-    from draftgen.backends.openrouter import provider_problem
-
+def _owned_table(path: Path, table: ConfigTable, value: object) -> dict[str, Any]:
+    """A backend's table (``[openrouter]``): its shape and keys checked here, its values by the
+    backend."""
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: openrouter must be a table ([openrouter.provider])")
+        raise ConfigError(f"{path}: {table.name} must be a table ({table.shape})")
     for key in value:
-        if key != "provider":
-            raise ConfigError(_unknown(path, f"openrouter.{key}", ["openrouter.provider"]))
-    provider = value.get("provider")
-    if not provider:
-        return None  # an empty table asks for nothing: the same as none
-    problem = provider_problem(provider)
-    if problem:
-        raise ConfigError(f"{path}: openrouter.{problem}")
-    return provider
+        if key not in table.keys:
+            known = [f"{table.name}.{name}" for name in table.keys]
+            raise ConfigError(_unknown(path, f"{table.name}.{key}", known))
+    try:
+        return table.read(value)
+    except SettingsError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _unknown(path: Path, key: str, known: list[str]) -> str:

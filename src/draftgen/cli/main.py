@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import difflib
+import functools
 import json
 import os
 import re
@@ -84,12 +86,6 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 RUN_DIR_HELP = "a run directory (the --out of draftgen run)"
 
 
-def _profile_names() -> list[str]:
-    from draftgen.profiles import PROFILES
-
-    return sorted(PROFILES)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = DraftgenParser(
         prog="draftgen",
@@ -98,8 +94,88 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"draftgen {__version__}")
     _add_logging(parser)
     commands = parser.add_subparsers(dest="command", required=True)
+    run = _add_run(commands)  # and merge, cancel: the commands of its shards and batches
+    _add_export(commands)
+    _add_vocab(commands)
+    _add_report(commands)
+    _add_status(commands)
+    _add_simulate(commands)
+    _add_init(commands)
+    estimate = _add_estimate(commands, run)
+    from draftgen.cli.config import defer_defaults
 
+    # Last, after every run option exists: a config file fills what the flags leave unset.
+    defer_defaults(run)
+    defer_defaults(estimate)
+    return parser
+
+
+# -- shared options ------------------------------------------------------------------------------
+
+
+@functools.cache
+def _run_defaults() -> dict[str, object]:
+    """``RunOptions``' defaults by field: the flags take theirs from the library they call."""
+    from draftgen.generate.pipeline import RunOptions
+
+    fields = dataclasses.fields(RunOptions)
+    return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+
+
+def _default(field: str) -> object:
+    return _run_defaults()[field]
+
+
+def _shown(field: str) -> str:
+    """A run default as ``--help`` says it: 300.0 as 300, 0.5 as 0.5."""
+    value = _default(field)
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _profile_names() -> list[str]:
+    from draftgen.profiles import PROFILES
+
+    return sorted(PROFILES)
+
+
+def _add_profile(parser: argparse.ArgumentParser, what: str, when_not_given: str) -> None:
+    """``--profile NAME``, its choices listed in the help: ``what`` it forces, and the default."""
+    parser.add_argument(
+        "--profile",
+        choices=_profile_names(),
+        metavar="NAME",
+        help=f"{what}: " + ", ".join(_profile_names()) + f" (default: {when_not_given})",
+    )
+
+
+def _add_run_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+
+
+def _add_out(parser: argparse.ArgumentParser, metavar: str, help: str) -> None:
+    """``-o/--out``: what a command writes (required)."""
+    parser.add_argument("-o", "--out", required=True, type=Path, metavar=metavar, help=help)
+
+
+def _add_include_unverified(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--include-unverified", action="store_true", help=help)
+
+
+# -- run -----------------------------------------------------------------------------------------
+
+
+def _add_run(commands) -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="generate, store, reconstruct and verify (resumable)")
+    _add_run_target(run)
+    _add_run_requests(run)
+    _add_run_settings(run)
+    _add_shards(run, commands)
+    _add_batch(run, commands)
+    return run
+
+
+def _add_run_target(run: argparse.ArgumentParser) -> None:
+    """What `run` reads, which model and endpoints it asks, and where it stores the answers."""
     run.add_argument(
         "--input",
         action="append",
@@ -131,11 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--api-key-env",
-        default="OPENROUTER_API_KEY",
+        default=_default("api_key_env"),
         type=_env_name,
         metavar="VAR",
         help="the NAME of the environment variable holding the API key, never the key itself: "
-        "keys are not taken on the command line (default OPENROUTER_API_KEY)",
+        f"keys are not taken on the command line (default {_shown('api_key_env')})",
     )
     run.add_argument(
         "-o",
@@ -144,17 +220,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="run directory; the same command resumes into it (required)",
     )
+
+
+def _add_run_requests(run: argparse.ArgumentParser) -> None:
+    """How `run` sends its requests: concurrency, limits, retries, the backend, the budget."""
+    from draftgen.backends import BACKEND_NAMES
+
     run.add_argument(
         "--concurrency",
         type=_positive_int,
-        default=64,
+        default=_default("concurrency"),
         metavar="N",
-        help="requests in flight (default 64)",
+        help=f"requests in flight (default {_shown('concurrency')})",
     )
     run.add_argument(
         "--stream",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=_default("stream"),
         help="stream responses (default) or not",
     )
     run.add_argument(
@@ -164,45 +246,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="max_tokens per request, reasoning + answer (default: none sent, so the "
         "provider's or server's own limit applies)",
     )
-    run.add_argument(
-        "--profile",
-        choices=_profile_names(),
-        metavar="NAME",
-        help="force a model profile instead of detecting it from the tokenizer: "
-        + ", ".join(_profile_names())
-        + " (default: detected)",
+    _add_profile(
+        run, "force a model profile instead of detecting it from the tokenizer", "detected"
     )
     run.add_argument(
         "--idle-timeout",
         type=float,
-        default=300.0,
+        default=_default("idle_timeout"),
         metavar="SECONDS",
-        help="give up on a response that sends nothing for this long (default 300)",
+        help="give up on a response that sends nothing for this long "
+        f"(default {_shown('idle_timeout')})",
     )
     run.add_argument(
         "--max-attempts",
         type=_positive_int,
-        default=8,
+        default=_default("max_attempts"),
         metavar="N",
-        help="attempts per request before it is recorded as failed (default 8)",
+        help="attempts per request before it is recorded as failed "
+        f"(default {_shown('max_attempts')})",
     )
     run.add_argument(
         "--retry-base-delay",
         type=float,
-        default=0.5,
+        default=_default("retry_base_delay"),
         metavar="SECONDS",
-        help="first backoff delay; doubles per attempt, with jitter (default 0.5)",
+        help="first backoff delay; doubles per attempt, with jitter "
+        f"(default {_shown('retry_base_delay')})",
     )
     run.add_argument(
         "--allow-insecure-http", action="store_true", help="allow plain http to a non-loopback host"
     )
     run.add_argument(
         "--backend",
-        choices=("openrouter", "vllm", "sglang", "sglang-generate"),
-        default="openrouter",
+        choices=BACKEND_NAMES,
+        default=_default("backend"),
         help="wire format: openrouter (text; ids rebuilt and verified) or a vllm / sglang server "
         "that returns the generated ids themselves; sglang-generate sends draftgen's prompt ids "
-        "to SGLang's native /generate (--base-url is the server root) (default openrouter)",
+        "to SGLang's native /generate (--base-url is the server root) "
+        f"(default {_shown('backend')})",
     )
     run.add_argument(
         "--logprobs",
@@ -220,48 +301,49 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-retries",
         type=int,
-        default=20_000,
+        default=_default("max_retries"),
         metavar="N",
-        help="retries allowed across the whole run before it stops (default 20000)",
+        help="retries allowed across the whole run before it stops "
+        f"(default {_shown('max_retries')})",
     )
     run.add_argument(
         "--shutdown-grace",
         type=float,
-        default=30.0,
+        default=_default("shutdown_grace"),
         metavar="SECONDS",
-        help="after Ctrl-C, how long in-flight responses may still arrive (default 30)",
+        help="after Ctrl-C, how long in-flight responses may still arrive "
+        f"(default {_shown('shutdown_grace')})",
     )
-    _add_run_settings(run)
-    _add_shards(run, commands)
-    _add_batch(run, commands)
+
+
+# -- reading a run directory ---------------------------------------------------------------------
+
+
+def _add_export(commands) -> None:
+    from draftgen.outputs.export import FORMATS
 
     export = commands.add_parser("export", help="write training files from a run")
-    export.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+    _add_run_dir(export)
     export.add_argument(
         "--format",
         default="specforge",
-        choices=("specforge", "specforge-text", "parquet", "hf"),
+        choices=FORMATS,
         help="specforge: pre-tokenized JSONL (default); specforge-text: conversations JSONL; "
         "parquet: one Parquet file; hf: a datasets.save_to_disk directory",
     )
-    export.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        type=Path,
-        metavar="PATH",
-        help="the file to write (a directory for --format hf); replaced if it exists",
+    _add_out(
+        export,
+        "PATH",
+        "the file to write (a directory for --format hf); replaced if it exists",
     )
-    export.add_argument(
-        "--include-unverified",
-        action="store_true",
-        help="also write unverified and truncated samples (verified: false)",
-    )
+    _add_include_unverified(export, "also write unverified and truncated samples (verified: false)")
 
+
+def _add_vocab(commands) -> None:
     vocab = commands.add_parser(
         "vocab", help="draft vocabulary (d2t, t2d) from generated tokens, as SpecForge builds it"
     )
-    vocab.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+    _add_run_dir(vocab)
     vocab.add_argument(
         "--size",
         type=_positive_int,
@@ -269,14 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="draft vocabulary size (default 32000)",
     )
-    vocab.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        type=Path,
-        metavar="DIR",
-        help="directory for vocab.json, vocab_mapping.npz and vocab_mapping.pt",
-    )
+    _add_out(vocab, "DIR", "directory for vocab.json, vocab_mapping.npz and vocab_mapping.pt")
     vocab.add_argument(
         "--vocab-size",
         type=_positive_int,
@@ -284,20 +359,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="target vocabulary size (the model config's vocab_size; default: the size of the "
         "tokenizer the run recorded)",
     )
-    vocab.add_argument(
-        "--include-unverified",
-        action="store_true",
-        help="also count unverified and truncated samples",
-    )
+    _add_include_unverified(vocab, "also count unverified and truncated samples")
 
+
+def _add_report(commands) -> None:
     report = commands.add_parser(
         "report", help="write RUN_DIR/report.html (pictures) and RUN_DIR/report.json"
     )
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+    _add_run_dir(report)
 
+
+def _add_status(commands) -> None:
     status = commands.add_parser("status", help="counts by outcome and reason")
-    status.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+    _add_run_dir(status)
     status.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+
+# -- simulate ------------------------------------------------------------------------------------
+
+
+def _add_simulate(commands) -> None:
+    from draftgen.simulator.config import DIALECTS
 
     simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
     simulate.add_argument(
@@ -306,17 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR_OR_ID",
         help="the simulated model's tokenizer: local directory, hub id or fixture:NAME (required)",
     )
-    simulate.add_argument(
-        "--profile",
-        choices=_profile_names(),
-        metavar="NAME",
-        help="force the simulated model's profile: "
-        + ", ".join(_profile_names())
-        + " (default: detected from the tokenizer)",
-    )
+    _add_profile(simulate, "force the simulated model's profile", "detected from the tokenizer")
     simulate.add_argument(
         "--dialect",
-        choices=("openrouter", "vllm", "sglang"),
+        choices=DIALECTS,
         default="openrouter",
         help="answer as OpenRouter (text only) or as a vllm / sglang server with token ids "
         "(default openrouter)",
@@ -336,6 +411,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="seed of the simulated answers, faults and quirks (default 0)",
     )
+    _add_simulated_faults(simulate)
+    _add_simulated_lengths(simulate)
+    simulate.add_argument(
+        "--truth",
+        type=Path,
+        metavar="FILE",
+        help="append the ground truth of every served completion here (JSONL)",
+    )
+    _add_simulated_batches(simulate)
+
+
+def _add_simulated_faults(simulate: argparse.ArgumentParser) -> None:
+    """`simulate`'s faults and quirks, and when they start."""
     simulate.add_argument(
         "--fault",
         action="append",
@@ -357,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="Retry-After sent with rate-limit and overload faults (default 0: none)",
     )
+
+
+def _add_simulated_lengths(simulate: argparse.ArgumentParser) -> None:
+    """`simulate`'s completion lengths, pace, and the faults that come after N requests."""
     simulate.add_argument(
         "--min-tokens",
         type=int,
@@ -406,21 +498,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long the stall fault sends nothing (default 30)",
     )
-    simulate.add_argument(
-        "--truth",
-        type=Path,
-        metavar="FILE",
-        help="append the ground truth of every served completion here (JSONL)",
-    )
-    _add_simulated_batches(simulate)
-    _add_init(commands)
-    estimate = _add_estimate(commands, run)
-    from draftgen.cli.config import defer_defaults
-
-    # Last, after every run option exists: a config file fills what the flags leave unset.
-    defer_defaults(run)
-    defer_defaults(estimate)
-    return parser
 
 
 # Options of `estimate` that are `run`'s own option objects: one definition, one config key.
@@ -476,10 +553,10 @@ def _add_run_settings(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--completions-per-turn",
         type=_positive_int,
-        default=1,
+        default=_default("samples"),
         metavar="N",
         help="completions generated for each assistant turn, each stored as its own sample; "
-        "not a row count (--limit caps rows) (default 1)",
+        f"not a row count (--limit caps rows) (default {_shown('samples')})",
     )
     run.add_argument(
         "--temperature",
@@ -563,9 +640,7 @@ def _add_shards(run: argparse.ArgumentParser, commands) -> None:
         metavar="RUN_DIR",
         help="run directories to combine (the shards of one run)",
     )
-    merge.add_argument(
-        "-o", "--out", required=True, type=Path, metavar="RUN_DIR", help="new run directory"
-    )
+    _add_out(merge, "RUN_DIR", "new run directory")
 
 
 def _add_batch(run: argparse.ArgumentParser, commands) -> None:
@@ -582,9 +657,10 @@ def _add_batch(run: argparse.ArgumentParser, commands) -> None:
     run.add_argument(
         "--batch-dialect",
         choices=DIALECT_NAMES,
-        default="openrouter",
+        default=_default("batch_dialect"),
         help="openrouter: requests inline in POST /batches; openai-files: a JSONL upload to "
-        "/files, then /batches (OpenAI, Kimi, DeepInfra, Groq) (default openrouter)",
+        "/files, then /batches (OpenAI, Kimi, DeepInfra, Groq) "
+        f"(default {_shown('batch_dialect')})",
     )
     run.add_argument(
         "--batch-url",
@@ -614,30 +690,31 @@ def _add_batch(run: argparse.ArgumentParser, commands) -> None:
     run.add_argument(
         "--batch-poll",
         type=float,
-        default=5.0,
+        default=_default("batch_poll"),
         metavar="SECONDS",
-        help="first wait between polls of the batches in flight, growing to 60 (default 5)",
+        help="first wait between polls of the batches in flight, growing to 60 "
+        f"(default {_shown('batch_poll')})",
     )
     run.add_argument(
         "--batch-retries",
         type=_non_negative_int,
-        default=3,
+        default=_default("batch_retries"),
         metavar="N",
         help="times a row is sent again after its batch failed, expired or was cancelled "
-        "(default 3)",
+        f"(default {_shown('batch_retries')})",
     )
     run.add_argument(
         "--batch-grace",
         type=float,
-        default=120.0,
+        default=_default("batch_grace"),
         metavar="SECONDS",
         help="how long a batch whose create got no answer may stay unseen in the API's listing "
-        "before its rows count as never sent and are sent again (default 120)",
+        f"before its rows count as never sent and are sent again (default {_shown('batch_grace')})",
     )
     cancel = commands.add_parser(
         "cancel", help="cancel a run's batches in flight (run --batch), where the API allows it"
     )
-    cancel.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=RUN_DIR_HELP)
+    _add_run_dir(cancel)
     cancel.add_argument(
         "--api-key-env",
         type=_env_name,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from draftgen.backends import Backend
-from draftgen.backends.openrouter import (
+from draftgen.backends.base import (
     ApiError,
     StreamAccumulator,
     error_from_status,

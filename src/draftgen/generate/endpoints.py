@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from draftgen.backends.openrouter import ApiError
+from draftgen.backends.base import ApiError
 
 # Failures that say the server (not the request) is unwell: they count towards ejection.
 HEALTH_KINDS = frozenset({"connect_failed", "connection_dropped", "timeout"})

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import quote
 
 import aiohttp
@@ -110,9 +111,8 @@ class _Checker:
         label = endpoint_label(spec.url)
         try:
             async with asyncio.timeout(self.timeout):
-                if self.dialect == "openrouter":
-                    return await self._openrouter(session, base, label)
-                return await self._self_hosted(session, base, label)
+                checks = SERVER_CHECKS.get(self.dialect, _Checker._self_hosted)
+                return await checks(self, session, base, label)
         except TimeoutError:
             raise ProbeError(
                 f"{label} did not answer within {self.timeout:g} s; check --base-url and that "
@@ -179,7 +179,12 @@ class _Checker:
         return ProbeResult(label, server, "key accepted")
 
     async def _self_hosted(
-        self, session: aiohttp.ClientSession, base: str, label: str
+        self,
+        session: aiohttp.ClientSession,
+        base: str,
+        label: str,
+        *,
+        serves_listed_only: bool = False,
     ) -> ProbeResult:
         status, body = await self._get(session, base + "/models")
         if status in AUTH_REFUSED:
@@ -192,8 +197,8 @@ class _Checker:
             )
         if status != 200:
             return ProbeResult(label, self.dialect, _answered(status))
-        served = _vllm_models(body)
-        if self.dialect != "vllm" or served is None:
+        served = _vllm_models(body) if serves_listed_only else None
+        if served is None:
             return ProbeResult(label, self.dialect, "reachable, key accepted")
         if self.model not in served:
             names = ", ".join(repr(name) for name in served[:5])
@@ -203,6 +208,13 @@ class _Checker:
                 f"{self.model})"
             )
         return ProbeResult(label, "vllm", "reachable, key accepted, model listed")
+
+
+# The checks of each server family (``Backend.dialect``); any other gets ``_self_hosted``.
+SERVER_CHECKS: dict[str, Callable[..., Awaitable[ProbeResult]]] = {
+    "openrouter": _Checker._openrouter,
+    "vllm": partial(_Checker._self_hosted, serves_listed_only=True),
+}
 
 
 def _vllm_models(body: bytes) -> list[str] | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
-from draftgen.backends.openrouter import error_from_status, parse_retry_after
+from draftgen.backends.base import error_from_status, parse_retry_after
 from draftgen.logs import add_secret
 
 CHAT_ENDPOINT = "/v1/chat/completions"

@@ -68,7 +68,7 @@ async def generate_batch(
     api_key: str | None,
     started: threading.Event | None = None,
 ) -> BatchProgress:
-    """Generate every missing turn through batches; the counterpart of the live ``_generate``.
+    """Generate every missing turn through batches; the counterpart of ``LiveGeneration``.
 
     ``base_url`` is the run's endpoint list, or the built-in simulator's URL (a string).
     """
@@ -96,7 +96,7 @@ def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
 
 def check_batch_options(options, settings: GenerationSettings) -> None:
     """Refuse what batch mode cannot do, before anything is sent."""
-    if options.backend != "openrouter":
+    if not get_backend(options.backend).batch_api:
         raise BatchRunError(
             f"--batch speaks OpenAI-compatible batch APIs (OpenRouter, openai-files); --backend "
             f"{options.backend} servers have none, so drop one of the two"

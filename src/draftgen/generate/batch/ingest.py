@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from draftgen.backends.openrouter import ApiError, parse_completion
+from draftgen.backends.base import ApiError, parse_completion
 from draftgen.generate.batch.crash import crash_point
 from draftgen.generate.batch.dialects import BatchInfo, ResultRow, RowError
 from draftgen.generate.batch.ledger import (

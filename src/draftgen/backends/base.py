@@ -1,0 +1,372 @@
+"""The OpenAI-compatible chat completions every backend speaks: request bodies, responses, SSE
+events and errors (REFERENCE.md §2); a backend module adds only what its server does differently.
+
+It turns every failure shape -- HTTP errors, errors inside HTTP 200 bodies, ``finish_reason:
+"error"``, mid-stream error events, empty cold-start completions -- into an ``ApiError`` that says
+whether to retry, slow down or stop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from draftgen.backends import RunSettings, SettingsError
+from draftgen.records import Completion, GenerationSettings
+
+# Fields under which servers return reasoning text: OpenRouter and new vLLM say "reasoning",
+# older vLLM/SGLang/DeepSeek "reasoning_content".
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+@dataclass
+class ApiError(Exception):
+    kind: str
+    message: str
+    retryable: bool = True
+    fatal: bool = False
+    pushback: bool = False  # the server asked us to slow down
+    retry_after: float | None = None
+    status: int | None = None
+
+    def __str__(self) -> str:
+        status = f"HTTP {self.status} " if self.status else ""
+        return f"{status}{self.kind}: {self.message}"
+
+
+def request_body(
+    settings: GenerationSettings,
+    messages: list[dict],
+    tools: list | None,
+    stream: bool,
+    logprobs: bool = False,
+) -> dict:
+    """The chat completions body: every field of ``settings`` that is set (which ones, the
+    backend's ``settings`` hook decided)."""
+    body: dict = {"model": settings.model, "messages": messages, "stream": stream}
+    if tools:
+        body["tools"] = list(tools)
+    if settings.max_tokens is not None:
+        body["max_tokens"] = settings.max_tokens
+    for name in ("temperature", "top_p", "seed", "reasoning", "provider", "chat_template_kwargs"):
+        value = getattr(settings, name)
+        if value is not None:
+            body[name] = value
+    if logprobs:
+        # Providers without support answer with logprobs null, silently (REFERENCE.md §2).
+        body["logprobs"] = True
+    return body
+
+
+def server_settings(options: RunSettings, backend: str) -> dict:
+    """The ``settings`` hook of a self-hosted server (vLLM, SGLang): template variables are sent,
+    OpenRouter's ``reasoning`` and ``provider`` fields are refused."""
+    given = options.reasoning_effort is not None or options.reasoning_max_tokens is not None
+    if given or options.provider:
+        raise SettingsError(
+            f"reasoning and [openrouter.provider] are OpenRouter request fields; --backend "
+            f"{backend} does not take them, so drop them or use --backend openrouter"
+        )
+    return {"chat_template_kwargs": options.chat_template_kwargs or None}
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None  # an HTTP date: rare from these APIs, fall back to backoff
+    return max(0.0, min(seconds, 600.0))
+
+
+def error_from_status(status: int, retry_after_header: str | None, body: bytes) -> ApiError:
+    """Classify a non-200 response."""
+    error = _error_object(body)
+    message = _short(error.get("message") or body[:200].decode("utf-8", "replace"))
+    metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+    error_type = metadata.get("error_type") or ""
+    retry_after = parse_retry_after(retry_after_header)
+    if status == 401 or error_type == "authentication":
+        return ApiError("auth", f"the API rejected the key ({message})", False, True, status=status)
+    if status == 402:
+        transient = metadata.get("reason") == "in_flight_budget_exhausted" or (
+            retry_after is not None and metadata.get("reason") != "weight_exceeds_budget"
+        )
+        if transient:
+            return ApiError("budget_in_flight", message, True, False, True, retry_after, status)
+        return ApiError(
+            "payment", f"out of credits or over budget ({message})", False, True, status=status
+        )
+    if status == 429:
+        return ApiError("rate_limited", message, True, False, True, retry_after, status)
+    if status == 503:
+        return ApiError("overloaded", message, True, False, True, retry_after, status)
+    if status == 404:
+        return ApiError(
+            "not_found", f"{message}; check --base-url and --model", False, True, status=status
+        )
+    if status in (408, 409, 425) or status >= 500:
+        return ApiError("server_error", message, True, False, False, retry_after, status)
+    # 400 (bad request, context length), 403 (moderation), 413, 422: this prompt will not work.
+    kind = "context_length_exceeded" if error_type == "context_length_exceeded" else "rejected"
+    return ApiError(kind, message, False, False, status=status)
+
+
+def parse_completion(body: bytes) -> Completion:
+    """Parse a non-streaming HTTP 200 body."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError("malformed_response", f"response body is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ApiError("malformed_response", "response body is not a JSON object")
+    if obj.get("error"):
+        raise _body_error(obj["error"])
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ApiError("malformed_response", "response has no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    completion = Completion(
+        generation_id=_str_or_none(obj.get("id")),
+        provider=_str_or_none(obj.get("provider")),
+        model=_str_or_none(obj.get("model")),
+        reasoning=_reasoning_of(message),
+        content=_str_or_none(message.get("content")),
+        tool_calls=message.get("tool_calls")
+        if isinstance(message.get("tool_calls"), list)
+        else None,
+        finish_reason=_str_or_none(choice.get("finish_reason")),
+        native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
+        usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else {},
+        raw_message=message,
+        logprob_bytes=logprob_bytes_of([choice.get("logprobs")]),
+    )
+    if completion.finish_reason == "error":
+        raise _body_error(
+            choice.get("error") or {"message": "finish_reason is error"}, "finish_error"
+        )
+    _reject_empty(completion)
+    return completion
+
+
+class StreamAccumulator:
+    """Folds SSE ``data:`` events into one ``Completion``."""
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.content: list[str] = []
+        self.tool_calls: list = []
+        self.logprobs: list = []  # the choice's ``logprobs`` block of each chunk that had one
+        self.finish_reason: str | None = None
+        self.native_finish_reason: str | None = None
+        self.usage: dict = {}
+        self.generation_id: str | None = None
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.done = False
+        self.reasoning_field: str | None = None
+        self._partial: list[bytes] = []  # the unfinished last line, in pieces
+
+    def feed_bytes(self, data: bytes) -> None:
+        """Consume raw bytes as they arrive; lines may be split anywhere and be of any length
+        (an encrypted ``reasoning_details`` item can make one event several megabytes)."""
+        if b"\n" not in data:
+            self._partial.append(data)  # pieces, not concatenation: a long line stays linear
+            return
+        self._partial.append(data)
+        lines = b"".join(self._partial).split(b"\n")
+        self._partial = [lines.pop()]
+        for line in lines:
+            self.feed_line(line)
+            if self.done:
+                return
+
+    def feed_line(self, line: bytes) -> None:
+        """Consume one line of the event stream (comments and blank lines are skipped)."""
+        line = line.strip()
+        if not line or line.startswith(b":"):
+            return
+        if not line.startswith(b"data:"):
+            return  # "event:", "id:", "retry:" fields carry nothing we use
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError("malformed_response", f"stream event is not JSON ({exc})") from None
+        if not isinstance(event, dict):
+            raise ApiError("malformed_response", "stream event is not a JSON object")
+        self.feed(event)
+
+    def feed(self, event: dict) -> None:
+        if event.get("error"):
+            raise _body_error(event["error"], "midstream_error")
+        self.generation_id = self.generation_id or _str_or_none(event.get("id"))
+        self.provider = self.provider or _str_or_none(event.get("provider"))
+        self.model = self.model or _str_or_none(event.get("model"))
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            for name in REASONING_FIELDS:
+                piece = delta.get(name)
+                if isinstance(piece, str):
+                    # Some servers repeat the delta under both names: take the first only.
+                    self.reasoning.append(piece)
+                    self.reasoning_field = self.reasoning_field or name
+                    break
+            piece = delta.get("content")
+            if isinstance(piece, str):
+                self.content.append(piece)
+            if isinstance(delta.get("tool_calls"), list):
+                for piece in delta["tool_calls"]:
+                    merge_tool_call_delta(self.tool_calls, piece)
+            if isinstance(choice.get("logprobs"), dict):
+                self.logprobs.append(choice["logprobs"])
+            finish = _str_or_none(choice.get("finish_reason"))
+            if finish:
+                self.finish_reason = finish
+                if finish == "error":
+                    raise _body_error(choice.get("error") or {}, "midstream_error")
+            native = _str_or_none(choice.get("native_finish_reason"))
+            if native:
+                self.native_finish_reason = native
+
+    def finish(self) -> Completion:
+        rest, self._partial = b"".join(self._partial), []
+        if rest and not self.done:
+            self.feed_line(rest)
+        if not self.done and self.finish_reason is None:
+            raise ApiError("connection_dropped", "the stream ended before its last event")
+        message: dict = {"role": "assistant", "content": "".join(self.content)}
+        if self.reasoning_field:
+            message[self.reasoning_field] = "".join(self.reasoning)
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        completion = Completion(
+            generation_id=self.generation_id,
+            provider=self.provider,
+            model=self.model,
+            reasoning="".join(self.reasoning) if self.reasoning_field else None,
+            content="".join(self.content) if self.content else None,
+            tool_calls=self.tool_calls or None,
+            finish_reason=self.finish_reason,
+            native_finish_reason=self.native_finish_reason,
+            usage=self.usage,
+            raw_message=message,
+            logprob_bytes=logprob_bytes_of(self.logprobs) if self.logprobs else None,
+        )
+        _reject_empty(completion)
+        return completion
+
+
+def logprob_bytes_of(blocks: list) -> list[bytes] | None:
+    """The bytes of each content token in ``logprobs`` blocks (one per choice or chunk).
+
+    None unless every token carries its ``bytes``: a token's text alone cannot say which bytes
+    of a character split across tokens it held.
+    """
+    tokens: list[bytes] = []
+    seen = False
+    for block in blocks:
+        if not isinstance(block, dict) or not isinstance(block.get("content"), list):
+            continue
+        seen = True
+        for entry in block["content"]:
+            raw = entry.get("bytes") if isinstance(entry, dict) else None
+            if not isinstance(raw, list) or not all(
+                isinstance(b, int) and 0 <= b < 256 for b in raw
+            ):
+                return None
+            tokens.append(bytes(raw))
+    return tokens if seen else None
+
+
+def merge_tool_call_delta(calls: list, piece: object) -> None:
+    """Fold one streamed tool-call delta into ``calls``: the first delta of an ``index`` opens a
+    call (id, name), later ones append ``function.arguments`` fragments to it."""
+    if not isinstance(piece, dict):
+        return
+    index = piece.get("index")
+    index = index if isinstance(index, int) and not isinstance(index, bool) else len(calls)
+    while len(calls) <= index:
+        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    call = calls[index]
+    if isinstance(piece.get("id"), str):
+        call["id"] = piece["id"]
+    if isinstance(piece.get("type"), str):
+        call["type"] = piece["type"]
+    function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+    if isinstance(function.get("name"), str):
+        call["function"]["name"] += function["name"]
+    if isinstance(function.get("arguments"), str):
+        call["function"]["arguments"] += function["arguments"]
+
+
+def _reject_empty(completion: Completion) -> None:
+    # Cold starts answer 200 with nothing in it; they are not billed, so ask again.
+    if completion.finish_reason is None and not (
+        completion.content or completion.reasoning or completion.tool_calls
+    ):
+        raise ApiError("empty_completion", "the provider returned an empty completion")
+    if completion.finish_reason is None:
+        raise ApiError("malformed_response", "the completion has no finish_reason")
+
+
+def _body_error(error: object, kind: str = "error_in_body") -> ApiError:
+    error = error if isinstance(error, dict) else {"message": str(error)}
+    code = error.get("code")
+    metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+    message = _short(str(error.get("message") or "no message"))
+    if code == 401 or metadata.get("error_type") == "authentication":
+        return ApiError("auth", f"the API rejected the key ({message})", False, True, status=401)
+    if code == 402 and metadata.get("reason") != "in_flight_budget_exhausted":
+        return ApiError("payment", f"out of credits ({message})", False, True, status=402)
+    pushback = code in (402, 429, 503)
+    return ApiError(kind, message, True, False, pushback)
+
+
+def _error_object(body: bytes) -> dict:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(error, dict):
+        return error
+    if isinstance(error, str):
+        return {"message": error}
+    return {}
+
+
+def _reasoning_of(message: dict) -> str | None:
+    for name in REASONING_FIELDS:
+        if isinstance(message.get(name), str):
+            return message[name]
+    details = message.get("reasoning_details")
+    if isinstance(details, list):
+        texts = [
+            d.get("text")
+            for d in details
+            if isinstance(d, dict) and d.get("type") == "reasoning.text"
+        ]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "".join(texts)
+    return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
