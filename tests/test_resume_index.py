@@ -14,12 +14,8 @@ import sqlite3
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.pipeline import (
-    RunOptions,
-    SourceIds,
-    StoredTurns,
-    run,
-)
+from draftgen.generate.pipeline import RunOptions, run
+from draftgen.generate.resume import SourceIds, StoredTurns
 from draftgen.inputs.ingest import read_conversations
 from draftgen.inputs.plan import plan_turns
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS

@@ -1,8 +1,8 @@
 """The run: ingest -> plan -> generate -> store, then reconstruct -> verify, resumable at any point.
 
 A resume plans everything again from the inputs, finds each turn's key in the store and requests
-only what is missing, so nothing stored is bought twice. Conversations are worked as chains (turn
-k+1 needs turn k's regenerated answer); identical turns in flight at once are requested once.
+only what is missing, so nothing stored is bought twice. The live requests are the engine's
+(``engine.LiveGeneration``), batch mode's are ``batch.generate_batch``'s.
 """
 
 from __future__ import annotations
@@ -12,11 +12,7 @@ import contextlib
 import ipaddress
 import logging
 import os
-import signal
-import sys
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -24,55 +20,26 @@ from urllib.parse import urlparse
 import orjson
 
 from draftgen import __version__
-from draftgen.backends import Backend, UnknownBackendError, get_backend
-from draftgen.backends.openrouter import provider_problem
-from draftgen.errors import DraftgenError
-from draftgen.generate.budget import BudgetReached, SpendGuard
-from draftgen.generate.client import (
-    ChatClient,
-    FatalApiError,
-    GenerationFailed,
-    RetryPolicy,
-    RunStopped,
-)
+from draftgen.backends import Backend, SettingsError, UnknownBackendError, get_backend
 from draftgen.generate.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
-from draftgen.generate.native_turn import native_turns
+from draftgen.generate.engine import LiveGeneration
+from draftgen.generate.errors import RunError
 from draftgen.generate.probe import ProbeError, ProbeResult, probe_endpoints
-from draftgen.generate.progress import ProgressDisplay, RunProgress
-from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.generate.progress import RunProgress
 from draftgen.inputs.ingest import Rejection
 from draftgen.inputs.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
-from draftgen.inputs.plan import (
-    NOTHING_TO_ANSWER,
-    PlanCount,
-    TurnPlan,
-    build_messages,
-    count_plan,
-    plan_turns,
-    sample_chains,
-)
+from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.profiles import ModelProfile, get_profile
 from draftgen.reconstruct.batch import reconstruct_batches
-from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS, strips_are_invisible
+from draftgen.reconstruct.text import strips_are_invisible
 from draftgen.reconstruct.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
 from draftgen.records import GenerationSettings
-from draftgen.store.database import (
-    REJECTED_NAME,
-    CompletionWriter,
-    RunLock,
-    SampleTally,
-    Store,
-    StoreError,
-)
-from draftgen.tokens.rendering import ChatRenderer, request_variables, resolve_profile
+from draftgen.store.database import REJECTED_NAME, RunLock, Store, StoreError
+from draftgen.tokens.rendering import tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer, tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
-
-
-class RunError(DraftgenError, RuntimeError):
-    """A run that cannot start or must stop; the message says what to do."""
 
 
 @dataclass
@@ -212,35 +179,21 @@ def generation_settings(options: RunOptions) -> GenerationSettings:
             "--reasoning-effort and --reasoning-max-tokens exclude each other (OpenRouter takes "
             "one of them); drop one"
         )
-    reasoning = None
-    if options.reasoning_effort is not None:
-        reasoning = {"effort": options.reasoning_effort}
-    elif options.reasoning_max_tokens is not None:
-        reasoning = {"max_tokens": options.reasoning_max_tokens}
-    if options.backend != "openrouter" and (reasoning or options.provider):
-        raise RunError(
-            f"reasoning and [openrouter.provider] are OpenRouter request fields; --backend "
-            f"{options.backend} does not take them, so drop them or use --backend openrouter"
-        )
-    if options.chat_template_kwargs and options.backend == "openrouter":
-        raise RunError(
-            "--chat-template-kwargs is for vLLM/SGLang (--backend vllm, sglang or "
-            "sglang-generate); through OpenRouter the providers set the template's thinking "
-            "switch from --reasoning-effort, so use that instead"
-        )
+    try:
+        # The backend says which of its request fields the run's options fill (reasoning,
+        # provider routing, template variables) and refuses those its server does not take.
+        fields = resolve_backend(options.backend).settings(options)
+    except SettingsError as exc:
+        raise RunError(str(exc)) from None
     if options.samples < 1:
         raise RunError(f"--completions-per-turn {options.samples} must be at least 1")
-    if options.provider is not None and (problem := provider_problem(options.provider)):
-        raise RunError(f"openrouter.{problem}; fix [openrouter.provider]")
     return GenerationSettings(
         model=options.model,
         max_tokens=options.max_tokens,
         temperature=options.temperature,
         top_p=options.top_p,
         seed=options.seed,
-        reasoning=reasoning,
-        provider=options.provider,
-        chat_template_kwargs=options.chat_template_kwargs or None,
+        **fields,
     )
 
 
@@ -447,7 +400,7 @@ def run_profile(options: RunOptions) -> ModelProfile:
     The tokenizer is loaded here, before the first request, which is rendered with it: a bad
     tokenizer stops the run at once.
     """
-    return resolve_profile(load_tokenizer(options.tokenizer), options.profile)
+    return tokenizer_profile(options.tokenizer, options.profile)
 
 
 async def _start_embedded_simulator(options: RunOptions):
@@ -485,317 +438,13 @@ async def _generate(
     api_key: str,
     started: threading.Event | None = None,
 ) -> RunProgress:
-    """Generate every missing turn; ``started`` is set as the first request is sent."""
-    progress = RunProgress(total_rows=count_rows(options.suite()))
-    stored = StoredTurns(store)
-    inflight: dict[str, asyncio.Future] = {}
-    writer = CompletionWriter(store.path)
-    queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
-    retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
-    backend = resolve_backend(options.backend)
-    stream = options.stream and backend.can_stream
-    budget = None
-    if options.max_cost is not None:
-        counts = store.counts()
-        budget = SpendGuard(options.max_cost, counts["cost"], counts["completions"])
-    client = ChatClient(
-        base_url,
-        api_key,
-        concurrency=options.concurrency,
-        retry=retry,
-        idle_timeout=options.idle_timeout,
-        max_retries=options.max_retries,
-        budget=budget,
-        backend=backend,
-        endpoint_concurrency=options.endpoint_concurrency,
-        health=options.endpoint_health,
-        on_endpoint_event=writer.note_endpoint_event,
+    """Generate every missing turn live (``engine.LiveGeneration``); ``started`` is set as the
+    first request is sent. Batch mode's counterpart is ``batch.generate_batch``."""
+    total_rows = count_rows(options.suite())
+    engine = LiveGeneration(
+        options, store, settings, profile, base_url, api_key, started, total_rows=total_rows
     )
-    stop = asyncio.Event()
-
-    def request_stop(reason: str) -> None:
-        if not stop.is_set():
-            progress.stopped = reason
-            client.stop(reason)
-            stop.set()
-
-    progress.watch(
-        errors=client.stats.errors,
-        retried=client.stats.retried,
-        failures=writer.failure_reasons,
-        in_flight=lambda: client.limiter.in_flight,
-        tally=SampleTally(store.path),
-    )
-    tokenizer = load_tokenizer(options.tokenizer)
-    renderer = ChatRenderer(tokenizer, profile)
-    variables = request_variables(settings, profile)
-    native = native_turns(options.tokenizer, options.profile) if backend.needs_prompt_ids else None
-    # One thread renders prompts off the event loop, first come first served: requests leave in
-    # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
-    render_pool = ThreadPoolExecutor(1, thread_name_prefix="draftgen-render")
-    rejected = open(options.out / REJECTED_NAME, "wb")
-    seen_ids = SourceIds()
-
-    async def generate_turn(plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
-        messages = build_messages(plan, answers)
-        # The prompt is rendered once, here, as the server will render it, and stored with the
-        # completion: reconstruction and export read this record, never a new rendering.
-        loop = asyncio.get_running_loop()
-        rendering = await loop.run_in_executor(
-            render_pool, renderer.render, messages, plan.tools, variables
-        )
-        prompt = None
-        if native is not None:  # a server that generates from ids is sent this rendering's
-            if rendering.error:
-                reason = f"prompt_render_failed: {rendering.error}"
-                await writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
-                progress.turns_failed += 1
-                raise GenerationFailed(reason, [])
-            prompt = await loop.run_in_executor(render_pool, native.prompt, rendering)
-        body = orjson.dumps(
-            backend.request_body(
-                settings.for_sample(plan.sample),
-                messages,
-                plan.tools,
-                stream,
-                options.logprobs,
-                **({"prompt": prompt} if prompt else {}),
-            )
-        )
-        request = orjson.dumps(
-            {"messages": messages, "tools": plan.tools, "rendering": rendering.as_dict()}
-        )
-        if started is not None:
-            started.set()
-        began = time.monotonic()
-        try:
-            completion, errors = await client.complete(body, stream)
-        except GenerationFailed as exc:
-            attempts = len(exc.errors)
-            await writer.add_failure(
-                plan.key,
-                plan.source_id,
-                plan.turn,
-                exc.reason,
-                attempts,
-                [e.as_dict() for e in exc.errors],
-            )
-            progress.turns_failed += 1
-            raise
-        if native is not None:
-            completion = await asyncio.to_thread(native.read, completion, prompt)
-        await writer.add_completion(
-            plan.key,
-            plan.source_id,
-            plan.turn,
-            request,
-            completion,
-            len(errors) + 1,
-            [e.as_dict() for e in errors],
-            time.monotonic() - began,
-        )
-        progress.record_completion(
-            completion.prompt_tokens, completion.completion_tokens, completion.cost
-        )
-        return completion.content or "", completion.finish_reason
-
-    async def answer(plan: TurnPlan, answers: list[str], history: bool) -> tuple[str, bool]:
-        """The turn's content (read from the store only if ``history``) and whether the answer
-        is a whole turn, generated unless stored or in flight."""
-        if plan.key in stored:
-            progress.count_stored_turn(stored.from_earlier_run(plan.key))
-            return stored.content(plan.key) if history else "", stored.complete(plan.key)
-        if plan.key in inflight:
-            progress.turns_duplicate += 1
-            return await asyncio.shield(inflight[plan.key])
-        future = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        inflight[plan.key] = future
-        try:
-            content, finish = await generate_turn(plan, answers)
-        except BaseException as exc:
-            if not future.done():
-                future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
-            raise
-        finally:
-            inflight.pop(plan.key, None)
-        result = content, finish in COMPLETE_FINISH_REASONS
-        stored.add(plan.key, result[1])
-        future.set_result(result)
-        return result
-
-    async def work_chain(plans: list[TurnPlan]) -> None:
-        if options.samples == 1:
-            await work_sample(plans)
-            return
-        # The client's limiter bounds requests in flight, so a row's samples run side by side.
-        await asyncio.gather(*(work_sample(c) for c in sample_chains(plans, options.samples)))
-
-    async def work_sample(plans: list[TurnPlan]) -> None:
-        answers: list[str] = []
-        for index, plan in enumerate(plans):
-            if stop.is_set():
-                return
-            try:
-                content, complete = await answer(plan, answers, history=index + 1 < len(plans))
-            except RunStopped:
-                return
-            except BudgetReached as exc:
-                request_stop(str(exc))
-                return
-            except GenerationFailed:
-                await _fail_rest(plans[index + 1 :], "earlier_turn_failed")
-                return
-            if not complete and index + 1 < len(plans):
-                await _fail_rest(plans[index + 1 :], "earlier_turn_incomplete")
-                return
-            answers.append(content)
-
-    async def _fail_rest(plans: list[TurnPlan], reason: str) -> None:
-        for plan in plans:
-            if plan.key not in stored:
-                await writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
-                progress.turns_failed += 1
-
-    async def next_chain() -> list[TurnPlan] | None:
-        if stop.is_set():
-            return None
-        try:
-            return queue.get_nowait()  # the common case: no tasks to race against the stop
-        except asyncio.QueueEmpty:
-            pass
-        getter = asyncio.ensure_future(queue.get())
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait((getter, stopped), return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if getter.done():
-            return getter.result()
-        getter.cancel()
-        return None
-
-    async def worker() -> None:
-        while (plans := await next_chain()) is not None:
-            await work_chain(plans)
-            if not stop.is_set():
-                progress.row_worked()
-            display.refresh()
-
-    async def produce() -> None:
-        for item in read_suite(options.suite()):
-            if isinstance(item, Rejection):
-                _reject(item)
-                continue
-            plans = plan_turns(item)
-            # Checked on every row, whichever shard it is in, so each shard rejects the same.
-            problem = seen_ids.duplicate_problem(item, plans) or (
-                None if plans else NOTHING_TO_ANSWER
-            )
-            if problem:
-                _reject(Rejection(item.input, item.line, problem))
-                continue
-            if options.shard is not None and not options.shard.holds_key(plans[0].key):
-                progress.total_rows -= 1  # another shard's row
-                continue
-            chains = sample_chains(plans, options.samples)
-            if all(_all_stored(c, stored) for c in chains):
-                # A resume: what a worker would do with this chain is count it, so do it here
-                # and reach the first missing turn without a queue round trip per stored row.
-                progress.count_stored_turns(
-                    stored.from_earlier_run(plan.key) for chain in chains for plan in chain
-                )
-                progress.rows_done += 1
-                if progress.rows_done % 512 == 0:
-                    await asyncio.sleep(0)  # let signals, workers and the display in
-                    display.refresh()
-                continue
-            await queue.put(plans)
-            display.refresh()
-        for _ in range(options.concurrency):
-            await queue.put(None)
-
-    def _reject(rejection: Rejection) -> None:
-        shard = options.shard
-        if shard is not None and not shard.holds_line(rejection.input, rejection.line):
-            progress.total_rows -= 1
-            return
-        rejected.write(rejection.as_json() + b"\n")
-        progress.rejected += 1
-        progress.rows_done += 1
-
-    display = ProgressDisplay(progress, interval=options.progress_interval)
-    loop = asyncio.get_running_loop()
-    try:
-        async with client:
-            with display:
-                tasks = [asyncio.create_task(worker()) for _ in range(options.concurrency)]
-                producer = asyncio.create_task(produce())
-
-                def abandon() -> None:
-                    for task in tasks:
-                        task.cancel()
-
-                def on_interrupt() -> None:
-                    if stop.is_set():
-                        print("draftgen: abandoning the requests in flight", file=sys.stderr)
-                        abandon()
-                        return
-                    request_stop("interrupted")
-                    producer.cancel()
-                    print(
-                        f"draftgen: stopping; waiting up to {options.shutdown_grace:.0f} s for "
-                        f"{client.limiter.in_flight} requests in flight (Ctrl-C again to abandon "
-                        "them)",
-                        file=sys.stderr,
-                    )
-                    loop.call_later(options.shutdown_grace, abandon)
-
-                def on_producer_done(task: asyncio.Task) -> None:
-                    if not task.cancelled() and task.exception() is not None:
-                        abandon()  # an unreadable input: the workers would wait forever
-
-                producer.add_done_callback(on_producer_done)
-                for signum in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(signum, on_interrupt)
-                try:
-                    await asyncio.gather(*tasks)
-                    if producer.done() and not producer.cancelled() and producer.exception():
-                        raise producer.exception()
-                except asyncio.CancelledError:
-                    if producer.done() and not producer.cancelled() and producer.exception():
-                        raise producer.exception() from None
-                    if not stop.is_set():
-                        raise
-                except FatalApiError as exc:
-                    raise RunError(
-                        f"stopped: {exc}; everything generated so far is stored in {options.out} "
-                        "and the same command resumes"
-                    ) from None
-                except StoreError as exc:
-                    raise RunError(
-                        f"{exc}; what was committed before is safe: fix the cause (disk space, "
-                        "permissions) and rerun the same command to resume"
-                    ) from None
-                finally:
-                    for signum in (signal.SIGINT, signal.SIGTERM):
-                        loop.remove_signal_handler(signum)
-                    for task in (producer, *tasks):
-                        task.cancel()
-                    await asyncio.gather(producer, *tasks, return_exceptions=True)
-    finally:
-        rejected.close()
-        seen_ids.close()
-        render_pool.shutdown(wait=False, cancel_futures=True)
-        await asyncio.to_thread(writer.close)
-    return progress
-
-
-def _all_stored(plans: list[TurnPlan], stored: StoredTurns) -> bool:
-    """Whether every turn is stored and all but the last complete (nothing left to do)."""
-    last = len(plans) - 1
-    return all(
-        stored.complete(plan.key) if index < last else plan.key in stored
-        for index, plan in enumerate(plans)
-    )
+    return await engine.run()
 
 
 def reconstruct_all(
@@ -875,10 +524,8 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     strippers -= store.providers_keeping_edge_whitespace()
     keys, contents = [], []
     for key, content in store.verified_contents(strippers):
-        while content.endswith(profile.end_of_turn):
-            content = content[: -len(profile.end_of_turn)]
         keys.append(key)
-        contents.append(content)
+        contents.append(profile.strip_end_of_turn(content))
     detail = "this provider strips whitespace and a strip here leaves the count unchanged"
     invisible = strips_are_invisible(contents, tokenizer)  # encoded in batches, not one by one
     flags = [

@@ -1,5 +1,5 @@
 """What a run has already: the index of stored turns a resume skips, and the source ids of the
-rows read so far. Shared by the live generation step (``pipeline``) and the batch one.
+rows read so far. Shared by the live generation step (``engine``) and the batch one.
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ class StoredTurns:
         compact = _compact_key(key)
         self._insert(compact, complete)
         self._this_run.add(compact)
+
+    def holds_chain(self, plans: list[TurnPlan]) -> bool:
+        """Whether every turn is stored and all but the last complete (nothing left to do)."""
+        last = len(plans) - 1
+        return all(
+            self.complete(plan.key) if index < last else plan.key in self
+            for index, plan in enumerate(plans)
+        )
 
     def from_earlier_run(self, key: str) -> bool:
         """Whether stored ``key`` was there before this run (a resume), not made by it."""

@@ -1,0 +1,463 @@
+"""The live generation step: every missing turn requested through the HTTP client and stored.
+
+Conversations are worked as chains (turn k+1 needs turn k's regenerated answer); identical turns
+in flight at once are requested once; a resume skips every chain the store already holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+
+from draftgen.backends import get_backend
+from draftgen.generate.budget import BudgetReached, SpendGuard
+from draftgen.generate.client import (
+    ChatClient,
+    FatalApiError,
+    GenerationFailed,
+    RetryPolicy,
+    RunStopped,
+)
+from draftgen.generate.endpoints import EndpointSpec
+from draftgen.generate.errors import RunError
+from draftgen.generate.native_turn import TokenPrompt, native_turns
+from draftgen.generate.progress import ProgressDisplay, RunProgress
+from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.inputs.ingest import Conversation, Rejection
+from draftgen.inputs.mix import read_suite
+from draftgen.inputs.plan import (
+    NOTHING_TO_ANSWER,
+    TurnPlan,
+    build_messages,
+    plan_turns,
+    sample_chains,
+)
+from draftgen.profiles import ModelProfile
+from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
+from draftgen.records import GenerationSettings, Rendering
+from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store, StoreError
+from draftgen.tokens.rendering import ChatRenderer, request_variables
+from draftgen.tokens.tokenizer import load_tokenizer
+
+
+class LiveGeneration:
+    """One live generation over a run directory's store: ``await LiveGeneration(...).run()``.
+
+    A producer reads the rows and queues the chains that need requests; ``concurrency`` workers
+    take a chain each and work its turns in order. The client's limiter, not the worker count,
+    bounds the requests in flight. ``options`` is the run's ``RunOptions``.
+    """
+
+    def __init__(
+        self,
+        options,
+        store: Store,
+        settings: GenerationSettings,
+        profile: ModelProfile,
+        base_url: str | list[EndpointSpec],
+        api_key: str | None,
+        started: threading.Event | None = None,
+        *,
+        total_rows: int,
+    ) -> None:
+        """``started`` is set as the first request is sent; ``total_rows`` is what the inputs
+        hold (the progress display's total)."""
+        self.options = options
+        self.store = store
+        self.settings = settings
+        self.started = started
+        self.progress = RunProgress(total_rows=total_rows)
+        self.stored = StoredTurns(store)
+        self.inflight: dict[str, asyncio.Future] = {}
+        self.writer = CompletionWriter(store.path)
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
+        retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
+        # The run checked the name before the first request.
+        self.backend = get_backend(options.backend)
+        self.stream = options.stream and self.backend.can_stream
+        budget = None
+        if options.max_cost is not None:
+            counts = store.counts()
+            budget = SpendGuard(options.max_cost, counts["cost"], counts["completions"])
+        self.client = ChatClient(
+            base_url,
+            api_key,
+            concurrency=options.concurrency,
+            retry=retry,
+            idle_timeout=options.idle_timeout,
+            max_retries=options.max_retries,
+            budget=budget,
+            backend=self.backend,
+            endpoint_concurrency=options.endpoint_concurrency,
+            health=options.endpoint_health,
+            on_endpoint_event=self.writer.note_endpoint_event,
+        )
+        self.stop = asyncio.Event()
+        self.progress.watch(
+            errors=self.client.stats.errors,
+            retried=self.client.stats.retried,
+            failures=self.writer.failure_reasons,
+            in_flight=lambda: self.client.limiter.in_flight,
+            tally=SampleTally(store.path),
+        )
+        tokenizer = load_tokenizer(options.tokenizer)
+        self.renderer = ChatRenderer(tokenizer, profile)
+        self.variables = request_variables(settings, profile)
+        self.native = (
+            native_turns(options.tokenizer, options.profile)
+            if self.backend.needs_prompt_ids
+            else None
+        )
+        # One thread renders prompts off the event loop, first come first served: requests leave in
+        # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
+        self.render_pool = ThreadPoolExecutor(1, thread_name_prefix="draftgen-render")
+        self.rejected = open(options.out / REJECTED_NAME, "wb")
+        self.seen_ids = SourceIds()
+        self.display = ProgressDisplay(self.progress, interval=options.progress_interval)
+        self.workers: list[asyncio.Task] = []
+        self.producer: asyncio.Task | None = None
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    async def run(self) -> RunProgress:
+        """Work every row, then close what the engine opened."""
+        try:
+            async with self.client:
+                with self.display:
+                    await self._work()
+        finally:
+            await self.close()
+        return self.progress
+
+    async def close(self) -> None:
+        """Close what the engine opened; the writer last, since closing waits for its commits."""
+        self.rejected.close()
+        self.seen_ids.close()
+        self.render_pool.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self.writer.close)
+
+    async def _work(self) -> None:
+        """The workers and the producer until every row is worked or the run stops; an API or
+        store error that ends the run becomes a RunError that says how to resume."""
+        signals = SignalStop(self, asyncio.get_running_loop())
+        self.workers = [asyncio.create_task(self.worker()) for _ in range(self.options.concurrency)]
+        self.producer = asyncio.create_task(self.produce())
+        self.producer.add_done_callback(self._on_producer_done)
+        signals.install()
+        try:
+            await asyncio.gather(*self.workers)
+            if (error := self._producer_error()) is not None:
+                raise error
+        except asyncio.CancelledError:
+            if (error := self._producer_error()) is not None:
+                raise error from None
+            if not self.stop.is_set():
+                raise
+        except FatalApiError as exc:
+            raise RunError(
+                f"stopped: {exc}; everything generated so far is stored in {self.options.out} "
+                "and the same command resumes"
+            ) from None
+        except StoreError as exc:
+            raise RunError(
+                f"{exc}; what was committed before is safe: fix the cause (disk space, "
+                "permissions) and rerun the same command to resume"
+            ) from None
+        finally:
+            signals.remove()
+            for task in (self.producer, *self.workers):
+                task.cancel()
+            await asyncio.gather(self.producer, *self.workers, return_exceptions=True)
+
+    def request_stop(self, reason: str) -> None:
+        """Send nothing new and let workers finish their turn in hand; the first reason stays."""
+        if not self.stop.is_set():
+            self.progress.stopped = reason
+            self.client.stop(reason)
+            self.stop.set()
+
+    def abandon(self) -> None:
+        """Cancel the workers, and with them the requests they wait on."""
+        for task in self.workers:
+            task.cancel()
+
+    def _on_producer_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.abandon()  # an unreadable input: the workers would wait forever
+
+    def _producer_error(self) -> BaseException | None:
+        """What the producer raised (an unreadable input), to be the run's error."""
+        producer = self.producer
+        if producer is not None and producer.done() and not producer.cancelled():
+            return producer.exception()
+        return None
+
+    # -- the producer ----------------------------------------------------------------------------
+
+    async def produce(self) -> None:
+        """Queue each row's turns that need requests, then one end mark per worker."""
+        for item in read_suite(self.options.suite()):
+            plans = self.admit(item)
+            if plans is None:
+                continue
+            chains = sample_chains(plans, self.options.samples)
+            if all(self.stored.holds_chain(chain) for chain in chains):
+                await self.count_stored_row(chains)
+                continue
+            await self.queue.put(plans)
+            self.display.refresh()
+        for _ in range(self.options.concurrency):
+            await self.queue.put(None)
+
+    def admit(self, item: Conversation | Rejection) -> list[TurnPlan] | None:
+        """The row's turns if this run works them; None for a rejected row (listed) or another
+        shard's row."""
+        if isinstance(item, Rejection):
+            self.reject(item)
+            return None
+        plans = plan_turns(item)
+        # Checked on every row, whichever shard it is in, so each shard rejects the same.
+        problem = self.seen_ids.duplicate_problem(item, plans) or (
+            None if plans else NOTHING_TO_ANSWER
+        )
+        if problem:
+            self.reject(Rejection(item.input, item.line, problem))
+            return None
+        if self.options.shard is not None and not self.options.shard.holds_key(plans[0].key):
+            self.progress.total_rows -= 1  # another shard's row
+            return None
+        return plans
+
+    def reject(self, rejection: Rejection) -> None:
+        """List a rejected row in ``rejected.jsonl`` if it is this shard's, and count it."""
+        shard = self.options.shard
+        if shard is not None and not shard.holds_line(rejection.input, rejection.line):
+            self.progress.total_rows -= 1
+            return
+        self.rejected.write(rejection.as_json() + b"\n")
+        self.progress.rejected += 1
+        self.progress.rows_done += 1
+
+    async def count_stored_row(self, chains: list[list[TurnPlan]]) -> None:
+        """Count a row the store holds whole, as a worker would, without the queue's round trip
+        (a resume reaches its first missing turn sooner)."""
+        self.progress.count_stored_turns(
+            self.stored.from_earlier_run(plan.key) for chain in chains for plan in chain
+        )
+        self.progress.rows_done += 1
+        if self.progress.rows_done % 512 == 0:
+            await asyncio.sleep(0)  # let signals, workers and the display in
+            self.display.refresh()
+
+    # -- the workers -----------------------------------------------------------------------------
+
+    async def worker(self) -> None:
+        """Work queued rows until the end mark or a stop."""
+        while (plans := await self.next_chain()) is not None:
+            await self.work_chain(plans)
+            if not self.stop.is_set():
+                self.progress.row_worked()
+            self.display.refresh()
+
+    async def next_chain(self) -> list[TurnPlan] | None:
+        """The next queued row's turns; None at the end mark or once the run stops."""
+        if self.stop.is_set():
+            return None
+        try:
+            return self.queue.get_nowait()  # the common case: no tasks to race against the stop
+        except asyncio.QueueEmpty:
+            pass
+        getter = asyncio.ensure_future(self.queue.get())
+        stopped = asyncio.ensure_future(self.stop.wait())
+        await asyncio.wait((getter, stopped), return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        return None
+
+    async def work_chain(self, plans: list[TurnPlan]) -> None:
+        """A row's turns, once per completion asked for each."""
+        if self.options.samples == 1:
+            await self.work_sample(plans)
+            return
+        # The client's limiter bounds requests in flight, so a row's samples run side by side.
+        await asyncio.gather(
+            *(self.work_sample(c) for c in sample_chains(plans, self.options.samples))
+        )
+
+    async def work_sample(self, plans: list[TurnPlan]) -> None:
+        """One sample's turns in order, each asked with the answers before it as history; a
+        failed or unfinished turn fails the turns after it."""
+        answers: list[str] = []
+        for index, plan in enumerate(plans):
+            if self.stop.is_set():
+                return
+            try:
+                content, complete = await self.answer(plan, answers, history=index + 1 < len(plans))
+            except RunStopped:
+                return
+            except BudgetReached as exc:
+                self.request_stop(str(exc))
+                return
+            except GenerationFailed:
+                await self.fail_rest(plans[index + 1 :], "earlier_turn_failed")
+                return
+            if not complete and index + 1 < len(plans):
+                await self.fail_rest(plans[index + 1 :], "earlier_turn_incomplete")
+                return
+            answers.append(content)
+
+    async def fail_rest(self, plans: list[TurnPlan], reason: str) -> None:
+        """Record the turns a chain cannot reach as failed (a resume asks them again)."""
+        for plan in plans:
+            if plan.key not in self.stored:
+                await self.fail(plan, reason)
+
+    async def fail(
+        self, plan: TurnPlan, reason: str, attempts: int = 0, errors: list[dict] | None = None
+    ) -> None:
+        """Store a turn's failure (a resume asks it again) and count it."""
+        await self.writer.add_failure(
+            plan.key, plan.source_id, plan.turn, reason, attempts, errors or []
+        )
+        self.progress.turns_failed += 1
+
+    # -- one turn --------------------------------------------------------------------------------
+
+    async def answer(self, plan: TurnPlan, answers: list[str], history: bool) -> tuple[str, bool]:
+        """The turn's content (read from the store only if ``history``) and whether the answer
+        is a whole turn, generated unless stored or in flight."""
+        if plan.key in self.stored:
+            self.progress.count_stored_turn(self.stored.from_earlier_run(plan.key))
+            return self.stored.content(plan.key) if history else "", self.stored.complete(plan.key)
+        if plan.key in self.inflight:
+            self.progress.turns_duplicate += 1
+            return await asyncio.shield(self.inflight[plan.key])
+        future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.inflight[plan.key] = future
+        try:
+            content, finish = await self.generate_turn(plan, answers)
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
+            raise
+        finally:
+            self.inflight.pop(plan.key, None)
+        result = content, finish in COMPLETE_FINISH_REASONS
+        self.stored.add(plan.key, result[1])
+        future.set_result(result)
+        return result
+
+    async def generate_turn(self, plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
+        """Request one turn and store its completion (or its failure); (content, finish)."""
+        messages = build_messages(plan, answers)
+        rendering, prompt = await self.render(plan, messages)
+        body = orjson.dumps(
+            self.backend.request_body(
+                self.settings.for_sample(plan.sample),
+                messages,
+                plan.tools,
+                self.stream,
+                self.options.logprobs,
+                **({"prompt": prompt} if prompt else {}),
+            )
+        )
+        request = orjson.dumps(
+            {"messages": messages, "tools": plan.tools, "rendering": rendering.as_dict()}
+        )
+        if self.started is not None:
+            self.started.set()
+        began = time.monotonic()
+        try:
+            completion, errors = await self.client.complete(body, self.stream)
+        except GenerationFailed as exc:
+            await self.fail(plan, exc.reason, len(exc.errors), [e.as_dict() for e in exc.errors])
+            raise
+        if self.native is not None:
+            completion = await asyncio.to_thread(self.native.read, completion, prompt)
+        await self.writer.add_completion(
+            plan.key,
+            plan.source_id,
+            plan.turn,
+            request,
+            completion,
+            len(errors) + 1,
+            [e.as_dict() for e in errors],
+            time.monotonic() - began,
+        )
+        self.progress.record_completion(
+            completion.prompt_tokens, completion.completion_tokens, completion.cost
+        )
+        return completion.content or "", completion.finish_reason
+
+    async def render(
+        self, plan: TurnPlan, messages: list[dict]
+    ) -> tuple[Rendering, TokenPrompt | None]:
+        """The prompt as the server will render it, and for a server that generates from ids
+        the ids it is sent (None otherwise); a prompt that cannot be rendered fails the turn.
+
+        The prompt is rendered once, here, and stored with the completion: reconstruction and
+        export read this record, never a new rendering.
+        """
+        loop = asyncio.get_running_loop()
+        rendering = await loop.run_in_executor(
+            self.render_pool, self.renderer.render, messages, plan.tools, self.variables
+        )
+        if self.native is None:
+            return rendering, None
+        if rendering.error:
+            reason = f"prompt_render_failed: {rendering.error}"
+            await self.fail(plan, reason)
+            raise GenerationFailed(reason, [])
+        prompt = await loop.run_in_executor(self.render_pool, self.native.prompt, rendering)
+        return rendering, prompt
+
+
+class SignalStop:
+    """Ctrl-C and SIGTERM during a live run: the first stops sending and gives the requests in
+    flight ``shutdown_grace`` seconds; a second, or the grace's end, abandons them.
+
+    The one place the engine writes to stderr itself: the user pressed a key and waits for word.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, engine: LiveGeneration, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.loop = loop
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            self.loop.add_signal_handler(signum, self.on_signal)
+
+    def remove(self) -> None:
+        for signum in self.SIGNALS:
+            self.loop.remove_signal_handler(signum)
+
+    def on_signal(self) -> None:
+        engine = self.engine
+        if engine.stop.is_set():
+            self.say("draftgen: abandoning the requests in flight")
+            engine.abandon()
+            return
+        engine.request_stop("interrupted")
+        if engine.producer is not None:
+            engine.producer.cancel()
+        grace = engine.options.shutdown_grace
+        self.say(
+            f"draftgen: stopping; waiting up to {grace:.0f} s for "
+            f"{engine.client.limiter.in_flight} requests in flight (Ctrl-C again to abandon them)"
+        )
+        self.loop.call_later(grace, engine.abandon)
+
+    @staticmethod
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)

@@ -1,0 +1,11 @@
+"""The error of a run a user can act on (the CLI prints its message as one sentence); apart from
+``pipeline`` so that the live engine (``engine``) raises it without importing the run.
+"""
+
+from __future__ import annotations
+
+from draftgen.errors import DraftgenError
+
+
+class RunError(DraftgenError, RuntimeError):
+    """A run that cannot start or must stop; the message says what to do."""
