@@ -28,12 +28,11 @@ from test_golden_matrix import (
     simulated_run,
 )
 
-from draftgen.generate.pipeline import resolve_profile
 from draftgen.profiles import GLM, detect_profile, get_profile
 from draftgen.profiles.glm5 import GLM5
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.tokens.rendering import ChatRenderer, render_prompt
+from draftgen.tokens.rendering import ChatRenderer, render_prompt, resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 USER_ID, OBSERVATION_ID, ENDOFTEXT_ID = 154827, 154829, 154820

@@ -18,7 +18,7 @@ import pytest
 
 from draftgen.profiles import detect_profile, get_profile
 from draftgen.profiles.kimi_k3 import KIMI_K3, segment_markup
-from draftgen.reconstruct.text import prompt_mode, read_completion, reconstruct_sample
+from draftgen.reconstruct.text import read_completion, reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
 from draftgen.tokens.rendering import ChatRenderer, request_variables, resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
@@ -121,7 +121,7 @@ def test_default_prompt_thinks_with_effort_max(tokenizer, renderer):
     ]
     assert rendering.text == "".join(pieces)
     assert rendering.ids == ids_of(tokenizer, pieces)
-    assert prompt_mode(rendering.text, KIMI_K3) == "open"
+    assert KIMI_K3.prompt_mode(rendering.text) == "open"
 
 
 def test_thinking_off_has_no_effort_message_and_opens_the_response(tokenizer, renderer):
@@ -132,7 +132,7 @@ def test_thinking_off_has_no_effort_message_and_opens_the_response(tokenizer, re
     ]
     assert rendering.text == "".join(pieces)
     assert rendering.ids == ids_of(tokenizer, pieces)
-    assert prompt_mode(rendering.text, KIMI_K3) == "closed"
+    assert KIMI_K3.prompt_mode(rendering.text) == "closed"
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from draftgen.generate.pipeline import resolve_profile
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.tokens.rendering import ChatRenderer, render_prompt
+from draftgen.tokens.rendering import ChatRenderer, render_prompt, resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 

@@ -8,11 +8,12 @@ import threading
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.pipeline import RunOptions, reconstruct_all, resolve_profile, run
+from draftgen.generate.pipeline import RunOptions, reconstruct_all, run
 from draftgen.reconstruct.batch import PreEncodedTokenizer, reconstruct_batches
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store.database import Store
+from draftgen.tokens.rendering import resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
 
 QUIRKS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3
-from draftgen.reconstruct.text import delimiter_prefixes, prompt_mode, read_completion
+from draftgen.reconstruct.text import delimiter_prefixes, read_completion
 from draftgen.records import Completion
 
 K25_PROMPT = "<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
@@ -18,11 +18,11 @@ def completion(reasoning, content, finish="stop", tool_calls=None):
 
 
 def test_prompt_modes():
-    assert prompt_mode(K25_PROMPT, KIMI_K2) == "open"
-    assert prompt_mode(K2T_PROMPT, KIMI_K2) == "model_opens"
-    assert prompt_mode(OFF_PROMPT, KIMI_K2) == "closed"
-    assert prompt_mode("<|im_start|>assistant\n<think>\n", QWEN3) == "open"
-    assert prompt_mode("<｜Assistant｜></think>", DEEPSEEK_V3) == "closed"
+    assert KIMI_K2.prompt_mode(K25_PROMPT) == "open"
+    assert KIMI_K2.prompt_mode(K2T_PROMPT) == "model_opens"
+    assert KIMI_K2.prompt_mode(OFF_PROMPT) == "closed"
+    assert QWEN3.prompt_mode("<|im_start|>assistant\n<think>\n") == "open"
+    assert DEEPSEEK_V3.prompt_mode("<｜Assistant｜></think>") == "closed"
 
 
 @pytest.mark.parametrize(
@@ -108,10 +108,10 @@ CALL = {"id": "c", "function": {"name": "f", "arguments": "{}"}}
 
 
 def test_new_family_prompt_modes():
-    assert prompt_mode(HARMONY_PROMPT, GPT_OSS) == "model_opens"
-    assert prompt_mode(GLM_PROMPT, GLM) == "model_opens"
-    assert prompt_mode(GLM_PROMPT + "\n<think></think>", GLM) == "closed"
-    assert prompt_mode(MINIMAX_PROMPT, MINIMAX_M2) == "open"
+    assert GPT_OSS.prompt_mode(HARMONY_PROMPT) == "model_opens"
+    assert GLM.prompt_mode(GLM_PROMPT) == "model_opens"
+    assert GLM.prompt_mode(GLM_PROMPT + "\n<think></think>") == "closed"
+    assert MINIMAX_M2.prompt_mode(MINIMAX_PROMPT) == "open"
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from conftest import SimProcess, draftgen, export_all, read_jsonl, run_args, wri
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draftgen.cli.config import ConfigError, load_config
 from draftgen.cli import main as cli
+from draftgen.cli.config import ConfigError, load_config
 from draftgen.inputs.shard import Shard, ShardError, parse_shard, stable_bucket
 from draftgen.records import Completion, TokenSample
 from draftgen.store.database import CompletionWriter, RunLock, Store, StoreError

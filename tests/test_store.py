@@ -128,3 +128,65 @@ def test_a_raw_message_comes_back_as_sent_while_its_texts_are_stored_once(
     for text in (reasoning, content):
         if text and len(text) >= 64 and text not in orjson.dumps(extra).decode():
             assert orjson.dumps(text).decode() not in stored  # kept in its column only
+
+
+def _merge_source(run_dir, keys, verified=(), truncated=(), failures=()):
+    store = Store(run_dir)
+    writer = CompletionWriter(store.path)
+    for key in keys:
+        completion = Completion(f"g-{key}", "p", "m", "", key, None, "stop", "stop", {})
+        asyncio.run(writer.add_completion(key, key, 0, b"{}", completion, 1, [], 0))
+    for key in failures:
+        asyncio.run(writer.add_failure(key, key, 0, "server_error", 3, []))
+    writer.close()
+    store.add_samples(
+        [TokenSample(k, [1, 2], 1, k in verified, "ok", truncated=k in truncated) for k in keys]
+    )
+    return store
+
+
+def test_key_records_are_read_in_batches_from_completions_failures_and_samples(tmp_path):
+    store = _merge_source(
+        tmp_path, ["a", "b", "c"], verified={"a", "c"}, truncated={"c"}, failures=["d"]
+    )
+    assert list(store.key_records(batch=3)) == [
+        [("a", True, True), ("b", False, True), ("c", False, True)],
+        [("d", False, False)],
+    ]
+    store.db.execute("DROP TABLE samples")
+    store.db.execute("DROP TABLE failures")
+    assert list(store.key_records()) == [
+        [("a", False, True), ("b", False, True), ("c", False, True)]
+    ]
+
+
+def test_rank_keys_keeps_the_best_run_and_the_first_on_a_tie(tmp_path):
+    merged = Store.unjournalled(tmp_path / "merged.sqlite")
+    assert merged.db.execute("PRAGMA journal_mode").fetchone() == ("off",)
+    assert merged.rank_keys(0, [("a", 2), ("b", 3), ("c", 1)]) == 0
+    assert merged.rank_keys(1, [("a", 3), ("b", 3), ("d", 1)]) == 2
+    assert merged.rank_keys(2, [("c", 2)]) == 1
+    choice = merged.db.execute("SELECT key, rank, run FROM temp.merge_choice ORDER BY key")
+    assert choice.fetchall() == [("a", 3, 1), ("b", 3, 0), ("c", 2, 2), ("d", 1, 1)]
+    merged.close()
+
+
+def test_copy_rows_takes_the_keys_a_run_won_and_every_row_of_a_table_without_keys(tmp_path):
+    source = _merge_source(tmp_path / "source", ["a", "b", "c"])
+    source.db.execute("INSERT INTO endpoint_events VALUES ('e', 'down', '', 1.0)")
+    source.db.execute("ALTER TABLE completions DROP COLUMN endpoint")
+    source.close()
+    source = Store.as_found(tmp_path / "source")  # read as found: no column is added back
+    assert "endpoint" not in source.columns("completions")
+    assert {"completions", "samples", "endpoint_events"} <= set(source.tables())
+    merged = Store.unjournalled(tmp_path / "merged.sqlite")
+    merged.rank_keys(0, [("a", 2), ("c", 2)])
+    merged.rank_keys(1, [("b", 2)])
+    columns = sorted(source.columns("completions") & merged.columns("completions"))
+    merged.copy_rows(source, "completions", columns, 0)
+    merged.copy_rows(source, "endpoint_events", ["at", "detail", "endpoint", "event"], 0)
+    rows = merged.db.execute("SELECT key, content, endpoint FROM completions ORDER BY key")
+    assert rows.fetchall() == [("a", "a", None), ("c", "c", None)]
+    assert (merged.row_count("completions"), merged.row_count("endpoint_events")) == (2, 1)
+    source.close()
+    merged.close()

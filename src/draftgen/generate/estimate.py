@@ -28,7 +28,7 @@ from draftgen.inputs.mix import MixError, read_suite
 from draftgen.inputs.plan import build_messages, original_answers, plan_turns
 from draftgen.store.database import Store
 from draftgen.tokens import tokenizer as tok
-from draftgen.tokens.rendering import ChatRenderer, request_variables, resolve_profile
+from draftgen.tokens.rendering import ChatRenderer, request_variables, tokenizer_profile
 
 
 class EstimateError(DraftgenError, RuntimeError):
@@ -115,7 +115,7 @@ def count_prompts(options: RunOptions, result: Estimate) -> None:
     stand in for them, so multi-turn totals are close rather than exact.
     """
     tokenizer = tok.load_tokenizer(options.tokenizer)
-    profile = resolve_profile(tokenizer, options.profile)
+    profile = tokenizer_profile(options.tokenizer, options.profile)
     renderer = ChatRenderer(tokenizer, profile)
     variables = request_variables(generation_settings(options), profile)
     multi_turn = False

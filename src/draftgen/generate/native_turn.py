@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from draftgen.profiles import ModelProfile, split_reasoning
-from draftgen.reconstruct.text import prompt_mode
 from draftgen.records import Completion, Rendering
 from draftgen.tokens import tokenizer as tok
-from draftgen.tokens.rendering import ChatRenderer, resolve_profile
+from draftgen.tokens.rendering import ChatRenderer, tokenizer_profile
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class NativeTurns:
             ids = ids[:-1]
         text = tok.decode(self.tokenizer, ids)
         reasoning, content = split_reasoning(
-            text, prompt_mode(prompt.text, self.profile), self.profile
+            text, self.profile.prompt_mode(prompt.text), self.profile
         )
         raw = {**completion.raw_message, "role": "assistant", "content": content}
         if reasoning is not None:
@@ -77,5 +76,5 @@ class NativeTurns:
 @functools.lru_cache(maxsize=8)
 def native_turns(tokenizer_spec: str, profile_name: str | None) -> NativeTurns:
     """The ``NativeTurns`` of a run's tokenizer and profile (detected if not named), cached."""
-    tokenizer = tok.load_tokenizer(tokenizer_spec)
-    return NativeTurns(tokenizer, resolve_profile(tokenizer, profile_name))
+    profile = tokenizer_profile(tokenizer_spec, profile_name)
+    return NativeTurns(tok.load_tokenizer(tokenizer_spec), profile)

@@ -186,9 +186,8 @@ def assistant_message(completion, profile) -> dict:
     reasoning = completion.reasoning or ""
     content = completion.content or ""
     if profile is not None:
-        ends = profile.stop_texts()
-        while any(content.endswith(end) for end in ends):
-            content = content[: -len(next(end for end in ends if content.endswith(end)))]
+        # Every end a turn can have (a tool-call turn's too): none of them is the answer.
+        content = profile.strip_end_of_turn(content, tool_turn=True)
         if not reasoning and profile.think_end and profile.think_end in content:
             # The text as the model wrote it: split it the way a reasoning parser would.
             opens = content.lstrip().startswith(profile.think_start)

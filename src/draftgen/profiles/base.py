@@ -172,6 +172,10 @@ class ModelProfile:
     # carries tools) instead of only when the prompt ends with a user turn (V3.2).
     encoder_tools_join_system: bool = False
     encoder_always_drops_thinking: bool = False
+    # V4.1's wrapper: request tools join the first system message wherever it is (a later one
+    # when none leads), and thinking is on unless a variable turns it off.
+    encoder_tools_join_first_system: bool = False
+    encoder_thinks_by_default: bool = False
     # A family whose generated markup is encoded piece by piece (Kimi K3): it reads and encodes
     # completions itself, and reconstruction and the simulator defer to it. None for the others.
     segmented: SegmentedFormat | None = None
@@ -209,6 +213,31 @@ class ModelProfile:
             if tool_turn and self.tool_call_end_of_turn
             else (self.end_of_turn)
         )
+
+    def strip_end_of_turn(self, content: str, tool_turn: bool = False) -> str:
+        """``content`` without the end-of-turn text a provider left at its end (as often as it
+        repeats): the turn's own end, and a tool-call turn's where the profile has one and the
+        turn makes calls, or where raw tool-call markup in content ends the turn (GLM-5)."""
+        ends = [self.end_of_turn, self.turn_end(tool_turn)]
+        if self.raw_tool_call_close:
+            ends.append(self.turn_end(True))
+        ends = [end for end in dict.fromkeys(ends) if end]
+        while any(content.endswith(end) for end in ends):
+            content = content[: -len(next(end for end in ends if content.endswith(end)))]
+        return content
+
+    def prompt_mode(self, prompt_text: str) -> str:
+        """Where a rendered prompt leaves the model: ``open`` (inside the think block it opened),
+        ``closed`` (thinking off) or ``model_opens`` (the model opens the block itself, or not).
+        Whitespace after the delimiter does not count (Qwen3-2507 opens with ``<think>\\n``)."""
+        if self.segmented is not None:
+            return self.segmented.prompt_mode(prompt_text)
+        tail = prompt_text.rstrip()
+        if tail.endswith(self.think_end):
+            return "closed"
+        if tail.endswith(self.think_start):
+            return "open"
+        return "model_opens"
 
     def matches_vocab(self, vocab: dict[str, int] | set[str]) -> bool:
         """Whether a vocabulary (token -> id, or a set of tokens) shows this family's markers."""
@@ -298,6 +327,14 @@ class ModelProfile:
             raise ToolCallFormatError(f"profile {self.name!r} has no tool-call format")
         return self.tool_call_writer(parsed, arguments, content, lead_free)
 
+    def raw_tool_call_text(self, call: dict) -> str:
+        """The markup of ``call`` as the model writes it into content after text when no
+        ``tools`` were sent ("" if it never does: harmony addresses calls to a channel, which a
+        provider never shows as content)."""
+        if not self.tool_call_format or self.tool_call_format == HARMONY_TOOL_CALLS:
+            return ""
+        return self.tool_call_markups([call], "x")[0].text
+
     def special_texts(self) -> tuple[str, ...]:
         """Every delimiter whose literal appearance in user data is worth reporting.
 
@@ -322,7 +359,7 @@ class ModelProfile:
 def split_reasoning(text: str, mode: str, profile: ModelProfile) -> tuple[str | None, str]:
     """(reasoning, content) of generated text, as a reasoning parser splits it.
 
-    ``mode`` is ``reconstruct.prompt_mode`` of the prompt: ``closed`` has no reasoning; ``open``
+    ``mode`` is ``ModelProfile.prompt_mode`` of the prompt: ``closed`` has no reasoning; ``open``
     starts inside the think block; ``model_opens`` has the model write ``think_start``, after
     the profile's ``think_lead`` (or no block at all). The block ends at the first split marker:
     ``think_end`` is dropped with the header that opens the answer (harmony's final or commentary

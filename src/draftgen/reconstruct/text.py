@@ -71,18 +71,6 @@ class CompletionReading:
         return tok.encode(tokenizer, self.texts[index])
 
 
-def prompt_mode(prompt_text: str, profile: ModelProfile) -> str:
-    """``open`` (prompt ends inside ``<think>``), ``closed`` (thinking off) or ``model_opens``."""
-    if profile.segmented is not None:
-        return profile.segmented.prompt_mode(prompt_text)
-    tail = prompt_text.rstrip()
-    if tail.endswith(profile.think_end):
-        return "closed"
-    if tail.endswith(profile.think_start):
-        return "open"
-    return "model_opens"
-
-
 def read_completion(
     completion: Completion, prompt_text: str, profile: ModelProfile
 ) -> CompletionReading:
@@ -92,18 +80,15 @@ def read_completion(
     content = completion.content or ""
     notes: list[str] = []
     tool_turn = bool(completion.tool_calls)
-    leaked = {profile.end_of_turn, profile.turn_end(tool_turn)}
-    if profile.raw_tool_call_close:  # raw calls in content end as tool-call turns (GLM-5)
-        leaked.add(profile.turn_end(True))
-    if any(content.endswith(text) for text in leaked):
+    stripped = profile.strip_end_of_turn(content, tool_turn)
+    if stripped != content:
         # The provider failed to strip the end-of-turn text; the real one is appended below.
-        while any(content.endswith(text) for text in leaked):
-            content = content[: -len(next(t for t in leaked if content.endswith(t)))]
+        content = stripped
         notes.append("leaked_end_of_turn")
     eot = profile.turn_end(tool_turn, content)
     complete = completion.finish_reason in COMPLETE_FINISH_REASONS
     suffix = eot if complete else ""
-    mode = prompt_mode(prompt_text, profile)
+    mode = profile.prompt_mode(prompt_text)
     opened = profile.think_lead + profile.think_start if mode == "model_opens" else ""
     head, tail = profile.content_frame(content, tool_turn)
     framed = head + content + tail
@@ -271,12 +256,7 @@ def reconstruct_from_logprobs(
         return unusable("a logprob token's bytes are not one token of this tokenizer")
     prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
     reading = read_completion(completion, prompt_text, profile)
-    content = completion.content or ""
-    ends = [profile.end_of_turn]
-    if profile.raw_tool_call_close:  # raw calls in content end as tool-call turns (GLM-5)
-        ends.append(profile.turn_end(True))
-    while any(content.endswith(end) for end in ends):
-        content = content[: -len(next(end for end in ends if content.endswith(end)))]
+    content = profile.strip_end_of_turn(completion.content or "")
     suffix = profile.turn_end(False, content) if reading.complete else ""
     tail = content + suffix
     expected = completion.completion_tokens
@@ -449,7 +429,7 @@ def _mode_doubt(
     variable = profile.thinking_variable
     if not variable:
         return ""
-    mode = prompt_mode(prompt_text, profile)
+    mode = profile.prompt_mode(prompt_text)
     completion = stored.completion
     shows_thinking = bool(completion.reasoning) or profile.think_end in (completion.content or "")
     if shows_thinking == (mode != "closed"):
@@ -468,7 +448,7 @@ def _mode_doubt(
             text = renderer.text(stored.messages, stored.tools, other, instant)
         except Exception:  # the other switch may not render at all: then it is no rival
             continue
-        if text == prompt_text or prompt_mode(text, profile) == mode:
+        if text == prompt_text or profile.prompt_mode(text) == mode:
             continue
         if renderer.chat_ids:
             rival_ids = renderer.render(stored.messages, stored.tools, other, instant).ids or ()

@@ -213,9 +213,7 @@ def verify_logprob_ids(
                 f"prompt {len(prompt_ids)} ids, provider {completion.prompt_tokens}",
             )
         )
-    content = completion.content or ""
-    while content.endswith(profile.end_of_turn):
-        content = content[: -len(profile.end_of_turn)]
+    content = profile.strip_end_of_turn(completion.content or "")
     if logprob_text != content:
         if logprob_text.strip() == content.strip():
             details.append("logprobs_restore_stripped_whitespace")

@@ -111,6 +111,10 @@ class SimConfig:
     chunk_tokens: int = 1  # tokens per SSE chunk when streaming
     latency: float = 0.0  # seconds before responding
     chunk_delay: float = 0.0  # seconds between SSE chunks
+    # A provider's pace when streaming (0: as fast as the socket takes it). Each event of
+    # ``chunk_tokens`` tokens is due chunk_tokens / tokens_per_second after the one before,
+    # counted from the stream's start: a late writer catches up, as generation does not wait.
+    tokens_per_second: float = 0.0
     truth_path: Path | None = None  # append one JSON line per served completion
     fatal_after: int | None = None  # "auth"/"payment" only after this many requests
     stall_seconds: float = 30.0  # how long a "stall" fault stays silent
@@ -161,8 +165,10 @@ class SimConfig:
             raise SimConfigError(f"tool_call_rate {self.tool_call_rate} is not within 0..1")
         if self.chunk_tokens < 1:
             raise SimConfigError("chunk_tokens must be at least 1")
-        if self.retry_after < 0 or self.latency < 0 or self.chunk_delay < 0:
-            raise SimConfigError("retry_after, latency and chunk_delay must not be negative")
+        if min(self.retry_after, self.latency, self.chunk_delay, self.tokens_per_second) < 0:
+            raise SimConfigError(
+                "retry_after, latency, chunk_delay and tokens_per_second must not be negative"
+            )
         if self.truth_path is not None:
             self.truth_path = Path(self.truth_path)
         if self.batch_log_path is not None:

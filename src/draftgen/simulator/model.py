@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from draftgen.profiles import HARMONY_TOOL_CALLS, SPECIAL_SHAPED, ModelProfile
+from draftgen.profiles import SPECIAL_SHAPED, ModelProfile
 from draftgen.simulator.textpool import compose
 from draftgen.tokens.tokenizer import decode, encode
 
@@ -21,22 +21,13 @@ from draftgen.tokens.tokenizer import decode, encode
 FORCED = "forced"  # prompt ends with think_start: the model writes reasoning, then think_end
 DISABLED = "disabled"  # prompt ends with think_end (+ whitespace): thinking is off
 OPEN = "open"  # the model writes think_start itself
+LAYOUTS = {"open": FORCED, "closed": DISABLED, "model_opens": OPEN}  # by ModelProfile.prompt_mode
 
 # The call behind the raw tool-call text a model writes into content (built by its profile).
 RAW_TEXT_CALL = {
     "id": "call_0",
     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
 }
-
-
-def raw_tool_call_text(profile: ModelProfile) -> str:
-    """Tool-call markup a family writes into content when no ``tools`` were sent ("" if none).
-
-    Harmony addresses calls to a channel instead, which a provider never shows as content.
-    """
-    if not profile.tool_call_format or profile.tool_call_format == HARMONY_TOOL_CALLS:
-        return ""
-    return profile.tool_call_markups([RAW_TEXT_CALL], "x")[0].text
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -153,15 +144,8 @@ def token_table(tokenizer_spec: str, profile: ModelProfile) -> TokenTable:
 
 
 def prompt_layout(prompt_text: str, profile: ModelProfile) -> str:
-    if profile.segmented is not None:
-        mode = profile.segmented.prompt_mode(prompt_text)
-        return {"open": FORCED, "closed": DISABLED}.get(mode, OPEN)
-    # Qwen3-2507 thinking opens the block as "<think>\n": still forced.
-    if prompt_text.rstrip().endswith(profile.think_start):
-        return FORCED
-    if prompt_text.rstrip().endswith(profile.think_end):
-        return DISABLED
-    return OPEN
+    """The layout ``generate`` writes after this prompt: the profile's ``prompt_mode`` of it."""
+    return LAYOUTS[profile.prompt_mode(prompt_text)]
 
 
 @dataclass
@@ -250,7 +234,7 @@ def generate(
     # words whichever quirks are switched on.
     reasoning = compose(rng, reasoning_target, table.fragment_tokens) if reasoning_target else ""
     answer = compose(rng, content_target, table.fragment_tokens)
-    raw_text = raw_tool_call_text(profile) if plan.tool_call_text else ""
+    raw_text = profile.raw_tool_call_text(RAW_TEXT_CALL) if plan.tool_call_text else ""
     if raw_text and profile.tool_call_tokens:
         answer = answer + raw_text
         quirks.append("tool_call_text")

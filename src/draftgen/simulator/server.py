@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import hashlib
 import json
 import random
@@ -22,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from draftgen.profiles import ModelProfile, get_profile
+from draftgen.profiles import ModelProfile
 from draftgen.simulator import wire
 from draftgen.simulator.config import (
     DELIVERING_FAULTS,
@@ -49,7 +48,7 @@ from draftgen.simulator.model import (
     prompt_layout,
     token_table,
 )
-from draftgen.tokens.rendering import ChatRenderer, resolve_profile
+from draftgen.tokens.rendering import ChatRenderer, tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer
 
 API_PREFIX = "/api/v1"
@@ -68,13 +67,6 @@ class Served:
     usage: dict | None = None
 
 
-@functools.lru_cache(maxsize=8)
-def _profile(tokenizer_spec: str, name: str | None) -> ModelProfile:
-    if name:
-        return get_profile(name)
-    return resolve_profile(load_tokenizer(tokenizer_spec))
-
-
 # Share of answers with whitespace at their edges, as models write them.
 NATURAL_EDGE_WHITESPACE = 0.15
 
@@ -86,7 +78,7 @@ class Simulator:
         config.validate()
         self.config = config
         self.tokenizer = load_tokenizer(config.tokenizer)
-        self.profile: ModelProfile = _profile(config.tokenizer, config.profile)
+        self.profile: ModelProfile = tokenizer_profile(config.tokenizer, config.profile)
         self.table: TokenTable = token_table(config.tokenizer, self.profile)
         # A server renders as draftgen does (both follow vLLM): the model's own template,
         # arguments parsed, the template variables the request sets, the server's clock.
@@ -853,6 +845,10 @@ class Simulator:
     async def _send(
         self, resp: web.StreamResponse, events: list[bytes], rng: random.Random
     ) -> None:
+        pace = self.config.tokens_per_second
+        if pace > 0:
+            await _send_paced(resp, events, self.config.chunk_tokens / pace)
+            return
         delay = self.config.chunk_delay
         if delay > 0:
             for i, event in enumerate(events):
@@ -876,6 +872,25 @@ class Simulator:
             if transport is None or transport.is_closing():
                 return
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+async def _send_paced(resp: web.StreamResponse, events: list[bytes], interval: float) -> None:
+    """Each data event ``interval`` after the one before, from now; what is due goes in one write.
+
+    Deadlines, not sleeps between events: a server behind on its writes (thousands of streams)
+    sends what is due at once, as a provider's generation runs on whether or not it is read.
+    """
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    due, sent = 0, 0
+    for i, event in enumerate(events):
+        if event.startswith(b"data: "):
+            due += 1
+        if due > 1 and loop.time() < start + (due - 1) * interval:
+            await resp.write(b"".join(events[sent:i]))
+            sent = i
+            await asyncio.sleep(start + (due - 1) * interval - loop.time())
+    await resp.write(b"".join(events[sent:]))
 
 
 def _sampling_problem(body: dict) -> str | None:

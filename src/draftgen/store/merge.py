@@ -9,9 +9,7 @@ older stores with fewer columns merge too. Tables without keys are concatenated;
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ import orjson
 
 from draftgen.errors import DraftgenError
 from draftgen.inputs.shard import ALL
-from draftgen.store.database import DB_NAME, REJECTED_NAME, SCHEMA, RunLock
+from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store
 
 # Meta that must agree between runs: what a sample means depends on it.
 AGREEING_META = ("tokenizer", "profile", "tokenizer_digest")
@@ -63,24 +61,18 @@ def merge_runs(sources: list[Path], out: Path, *, replace: bool = False) -> Merg
             acquired.append(lock)
         partial = out / f".{DB_NAME}.merging"
         partial.unlink(missing_ok=True)
-        db = sqlite3.connect(partial, isolation_level=None)
-        try:
-            db.execute("PRAGMA synchronous=OFF")
-            db.execute("PRAGMA journal_mode=OFF")
-            db.executescript(SCHEMA)
-            shared = _choose_keys(db, sources)
+        with Store.unjournalled(partial) as merged:
+            shared = _choose_keys(merged, sources)
             for index, source in enumerate(sources):
-                _copy_run(db, index, source, samples="reconstruction" in meta)
+                _copy_run(merged, index, source, samples="reconstruction" in meta)
             label = merged_shard_label([m.get("shard", ALL) for m in metas])
             meta["shard"] = label
             meta["merged_from"] = orjson.dumps([str(s) for s in sources]).decode()
-            db.executemany("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", meta.items())
+            for name, value in meta.items():
+                merged.set_meta(name, value)
             counts = {
-                table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                for table in ("completions", "failures", "samples")
+                table: merged.row_count(table) for table in ("completions", "failures", "samples")
             }
-        finally:
-            db.close()
         with open(partial, "rb+") as handle:
             os.fsync(handle.fileno())
         for suffix in ("-wal", "-shm"):
@@ -137,12 +129,8 @@ def _check_paths(sources: list[Path], out: Path, replace: bool) -> None:
 
 
 def _read_meta(source: Path) -> dict[str, str]:
-    with contextlib.closing(_open_source(source)) as db:
-        return dict(db.execute("SELECT name, value FROM meta"))
-
-
-def _open_source(source: Path) -> sqlite3.Connection:
-    return sqlite3.connect(source / DB_NAME, isolation_level=None)
+    with Store.as_found(source) as store:
+        return store.all_meta()
 
 
 def _agreed_meta(sources: list[Path], metas: list[dict[str, str]]) -> dict[str, str]:
@@ -178,87 +166,36 @@ def _agreed_meta(sources: list[Path], metas: list[dict[str, str]]) -> dict[str, 
     return merged
 
 
-def _choose_keys(db: sqlite3.Connection, sources: list[Path]) -> int:
-    """Fill temp.choice with, per key, the run whose record of it ranks best; return how many
-    keys more than one run had."""
-    db.execute(
-        "CREATE TEMP TABLE choice (key TEXT PRIMARY KEY, rank INTEGER NOT NULL,"
-        " run INTEGER NOT NULL)"
-    )
+def _choose_keys(merged: Store, sources: list[Path]) -> int:
+    """Give each key to the run whose record of it ranks best; return how many keys more than
+    one run had."""
     shared = 0
     for index, source in enumerate(sources):
-        db.execute("ATTACH DATABASE ? AS src", (str(source / DB_NAME),))
-        try:
-            tables = _tables(db, "src")
-            parts = []
-            if "completions" in tables:
-                verified = (
-                    "EXISTS (SELECT 1 FROM src.samples s WHERE s.key = c.key AND s.verified = 1"
-                    " AND s.truncated = 0)"
-                    if "samples" in tables
-                    else "0"
-                )
-                parts.append(
-                    f"SELECT c.key AS key, CASE WHEN {verified} THEN {RANK_VERIFIED} ELSE"
-                    f" {RANK_COMPLETED} END AS rank FROM src.completions c"
-                )
-            if "failures" in tables:
-                parts.append(f"SELECT key, {RANK_FAILED} AS rank FROM src.failures")
-            if parts:
-                ranked = " UNION ALL ".join(parts)
-                db.execute("BEGIN")
-                shared += db.execute(
-                    f"SELECT count(DISTINCT r.key) FROM ({ranked}) r JOIN temp.choice USING (key)"
-                ).fetchone()[0]
-                db.execute(
-                    f"INSERT INTO temp.choice (key, rank, run) SELECT key, max(rank), {index}"
-                    f" FROM ({ranked}) WHERE true GROUP BY key ON CONFLICT (key) DO UPDATE SET"
-                    " rank = excluded.rank, run = excluded.run WHERE excluded.rank > choice.rank"
-                )
-                db.execute("COMMIT")
-        finally:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            db.execute("DETACH DATABASE src")
+        with Store.as_found(source) as store:
+            for records in store.key_records():
+                ranks = [(key, _rank(verified, done)) for key, verified, done in records]
+                shared += merged.rank_keys(index, ranks)
     return shared
 
 
-def _copy_run(db: sqlite3.Connection, index: int, source: Path, samples: bool) -> None:
+def _rank(verified: bool, completed: bool) -> int:
+    if verified:
+        return RANK_VERIFIED
+    return RANK_COMPLETED if completed else RANK_FAILED
+
+
+def _copy_run(merged: Store, index: int, source: Path, samples: bool) -> None:
     """Copy run ``index``'s rows of the keys it won, and all its rows of tables without keys."""
-    db.execute("ATTACH DATABASE ? AS src", (str(source / DB_NAME),))
-    db.execute("BEGIN")
-    try:
-        known = _tables(db, "main")
-        for table, create in _tables(db, "src").items():
+    with Store.as_found(source) as store:
+        known = merged.tables()
+        for table, create in store.tables().items():
             if table == "meta" or (table == "samples" and not samples):
                 continue
             if table not in known:  # a table this draftgen does not know: carried as it is
-                db.execute(create)
+                merged.add_table(create)
                 known[table] = create
-            columns = _columns(db, "src", table) & _columns(db, "main", table)
-            names = ", ".join(f'"{name}"' for name in sorted(columns))
-            select = f'SELECT {names} FROM src."{table}"'
-            if "key" in columns:
-                select += f" WHERE key IN (SELECT key FROM temp.choice WHERE run = {index})"
-            db.execute(f'INSERT OR IGNORE INTO main."{table}" ({names}) {select}')
-        db.execute("COMMIT")
-    finally:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        db.execute("DETACH DATABASE src")
-
-
-def _tables(db: sqlite3.Connection, schema: str) -> dict[str, str]:
-    return dict(
-        db.execute(
-            f"SELECT name, sql FROM {schema}.sqlite_master WHERE type = 'table'"
-            " AND name NOT LIKE 'sqlite_%'"
-        )
-    )
-
-
-def _columns(db: sqlite3.Connection, schema: str, table: str) -> set[str]:
-    return {row[1] for row in db.execute(f'PRAGMA {schema}.table_info("{table}")')}
+            columns = sorted(store.columns(table) & merged.columns(table))
+            merged.copy_rows(store, table, columns, index)
 
 
 def _merge_rejected(sources: list[Path], out: Path) -> int:

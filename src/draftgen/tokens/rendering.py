@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import datetime as dt
+import functools
 import importlib.util
 import inspect
 import json
@@ -340,8 +341,9 @@ class PythonChatEncoder:
     V4); thinking follows the ``thinking`` (or ``enable_thinking``) variable, off by default;
     history reasoning is dropped when the prompt ends with a user turn (or always asked to be,
     where the profile says so: V4's encoder keeps it itself when a message carries tools);
-    ``reasoning_effort`` is passed where the encoder takes it (V4), mapped as the profile maps
-    efforts, and ``"none"`` turns thinking off, as vLLM's V4 wrapper does.
+    ``reasoning_effort`` is passed where the encoder takes it (V4, V4.1), mapped as the profile
+    maps efforts, and ``"none"`` turns thinking off, as vLLM's V4 wrapper does. V4.1's wrapper
+    thinks by default and puts tools on the first system message wherever it is.
     """
 
     def __init__(self, path: Path) -> None:
@@ -363,11 +365,15 @@ class PythonChatEncoder:
         messages = copy.deepcopy(messages)
         if tools:
             joins = profile is not None and profile.encoder_tools_join_system
-            if joins and messages and messages[0].get("role") == "system":
-                messages[0] = {**messages[0], "tools": copy.deepcopy(tools)}
+            anywhere = profile is not None and profile.encoder_tools_join_first_system
+            systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
+            host = systems[0] if systems and (anywhere or systems[0] == 0) else None
+            if joins and host is not None:
+                messages[host] = {**messages[host], "tools": copy.deepcopy(tools)}
             else:
                 messages.insert(0, {"role": "system", "tools": copy.deepcopy(tools)})
-        thinking = variables.get("thinking", variables.get("enable_thinking", False))
+        default = profile is not None and profile.encoder_thinks_by_default
+        thinking = variables.get("thinking", variables.get("enable_thinking", default))
         kwargs: dict[str, Any] = {}
         effort = variables.get("reasoning_effort")
         if "reasoning_effort" in self._parameters and effort == "none":
@@ -399,6 +405,13 @@ def resolve_profile(tokenizer: Any, name: str | None = None) -> ModelProfile:
             "family whose encoder it is, or use a tokenizer directory draftgen supports"
         )
     return detect_profile(tok.full_vocab(tokenizer), path.name if path is not None else "")
+
+
+@functools.lru_cache(maxsize=8)
+def tokenizer_profile(tokenizer_spec: str, name: str | None = None) -> ModelProfile:
+    """``resolve_profile`` of the tokenizer ``tokenizer_spec`` loads (a run's, a simulator's),
+    cached. The tokenizer is loaded even when the profile is named: a bad one fails here."""
+    return resolve_profile(tok.load_tokenizer(tokenizer_spec), name)
 
 
 def chat_encoder_of(tokenizer: Any) -> PythonChatEncoder | None:
