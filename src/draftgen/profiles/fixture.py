@@ -40,6 +40,9 @@ class CopiedFixture:
     # A module of draftgen.fixture_code shipped as encoding/<encoder> instead of a chat template,
     # as DeepSeek V3.2's repository ships encoding/encoding_dsv32.py and no chat_template.
     encoder: str | None = None
+    # The encoder's file name under encoding/ when it is not the module's (V4.1 ships
+    # encoding/encoding.py).
+    encoder_file: str | None = None
     template: str | None = None
 
 

@@ -115,6 +115,8 @@ def _version(spec: FixtureSpec, template: str) -> str:
         code = [_read_encoder(f) for f in (spec.code, *sorted(spec.companions.values()))]
         if not spec.companions:
             del fields["companions"]  # added later: the fixtures made before keep their builds
+    if isinstance(spec, CopiedFixture) and spec.encoder_file is None:
+        del fields["encoder_file"]  # added later: the fixtures made before keep their builds
     if isinstance(spec, QwenBpeFixture):
         # Fields added later count only when set, so the fixtures made before keep their builds.
         later = (("ranks", QWEN_RANKS), ("base_vocab", QWEN_BASE_VOCAB), ("pattern", ""))
@@ -160,7 +162,8 @@ def _write(spec: FixtureSpec, template: str, out: Path) -> None:
         # No chat_template, as in the model's repository: the prompt comes from the encoder.
         config.pop("chat_template", None)
         (out / "encoding").mkdir()
-        (out / "encoding" / spec.encoder).write_text(template, encoding="utf-8")
+        name = spec.encoder_file or spec.encoder
+        (out / "encoding" / name).write_text(template, encoding="utf-8")
     else:
         config["chat_template"] = template
     (out / "tokenizer_config.json").write_text(

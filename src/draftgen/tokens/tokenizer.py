@@ -84,8 +84,9 @@ def _is_removed_bytes_to_unicode(exc: BaseException) -> bool:
 
 
 # Where a model repository keeps a Python chat encoder instead of a Jinja template
-# (DeepSeek-V3.2: encoding/encoding_dsv32.py; DeepSeek-V4: encoding/encoding_dsv4.py).
-ENCODER_GLOB = "encoding/encoding_*.py"
+# (DeepSeek-V3.2: encoding/encoding_dsv32.py; DeepSeek-V4: encoding/encoding_dsv4.py;
+# DeepSeek-V4.1: encoding/encoding.py).
+ENCODER_GLOB = "encoding/encoding*.py"
 
 
 def encoder_path(directory: str | os.PathLike) -> Any:
