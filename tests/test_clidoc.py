@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from draftgen.cli.config import load_config
 from draftgen.cli import doc as clidoc
 from draftgen.cli import main as cli
+from draftgen.cli.config import load_config
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RECIPE = DOCS / "recipes" / "kimi-k2.5-openrouter.md"
