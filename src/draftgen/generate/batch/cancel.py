@@ -89,7 +89,7 @@ async def _cancel_one(target: BatchTarget, ledger: Ledger, intent) -> str:
         await ledger.note(intent.nonce, cancel_requested_at=time.time())
         await ledger.record_status(intent.nonce, info.status, info.counts(), info.cost)
         finished = info.completed or 0
-        if target.dialect.name == "openrouter":
+        if not target.dialect.cancelled_rows_return:
             billed = (
                 f"{finished} of {intent.rows} rows had finished: they are billed, and a "
                 "cancelled OpenRouter batch returns no rows"

@@ -277,6 +277,10 @@ class OpenRouterBatches:
     """``POST /batches`` with the requests inline (OpenRouter, beta or GA root)."""
 
     name = "openrouter"
+    # A batch carries OpenRouter's provider routing (only BATCH_PROVIDER_FIELDS of it).
+    routes_provider = True
+    # A cancelled batch returns none of its rows, finished ones included (they are billed).
+    cancelled_rows_return = False
     max_rows = 5000
     max_bytes = 190 * 1024 * 1024  # of a 200 MB limit, room for the envelope
     page_size = 1000
@@ -393,6 +397,8 @@ class OpenAIFileBatches:
     """A JSONL upload to ``/files``, then ``/batches`` on its id (OpenAI, Kimi, DeepInfra, Groq)."""
 
     name = "openai-files"
+    routes_provider = False
+    cancelled_rows_return = True  # in its output file, which the next run stores
     max_rows = 50000
     max_bytes = 95 * 1024 * 1024  # Kimi and Together stop at 100 MB, OpenAI at 200 MB
     page_size = 1000

@@ -24,7 +24,13 @@ import orjson
 
 from draftgen.backends import get_backend
 from draftgen.generate.batch.crash import crash_point
-from draftgen.generate.batch.dialects import BatchApiError, BatchHttp, CreateRefused, get_dialect
+from draftgen.generate.batch.dialects import (
+    DIALECTS,
+    BatchApiError,
+    BatchHttp,
+    CreateRefused,
+    get_dialect,
+)
 from draftgen.generate.batch.errors import BatchRunError
 from draftgen.generate.batch.ingest import ingest
 from draftgen.generate.batch.ledger import Intent, Ledger, PlannedRow
@@ -107,7 +113,8 @@ def check_batch_options(options, settings: GenerationSettings) -> None:
             "seen, so each row is counted at its prompt plus max_tokens before it is sent"
         )
     extra = sorted(set(settings.provider or {}) - set(BATCH_PROVIDER_FIELDS))
-    if extra and options.batch_dialect == "openrouter":
+    dialect = DIALECTS.get(options.batch_dialect)
+    if extra and dialect is not None and dialect.routes_provider:
         raise BatchRunError(
             f"batch routing takes only {' and '.join(BATCH_PROVIDER_FIELDS)}, not "
             f"{', '.join('provider.' + name for name in extra)}; drop them from "
@@ -172,7 +179,7 @@ class BatchRun:
 
     async def run(self) -> BatchProgress:
         provider = None
-        if self.settings.provider and self.options.batch_dialect == "openrouter":
+        if self.settings.provider and self.dialect.routes_provider:
             provider = dict(self.settings.provider)
         http = BatchHttp(self.url, self.api_key)
         self.target = BatchTarget(
