@@ -5,7 +5,8 @@ from the finish reason or taken from the server's ids, and simulated runs.
 
 Expected prompt texts are what zai-org's GLM-5.3 chat_template.jinja (GLM-5.3-Flash revision
 a5b45eb4, sha256 0c4099f3382d…) renders for these inputs; GLM-5.2's are from its published effort
-line and thinking switch.
+line and thinking switch and its measured history rule (reasoning before the last user turn
+dropped unless clear_thinking is false).
 """
 
 from __future__ import annotations
@@ -127,16 +128,48 @@ def test_glm52_effort_line_and_thinking_switch(tokenizers, variables, expected):
     assert text == "[gMASK]<sop>" + expected
 
 
-@pytest.mark.parametrize("fixture", ["glm-5.2", "glm-5.3"])
-def test_history_reasoning_is_kept_on_every_turn(tokenizers, fixture):
-    text = render_prompt(tokenizers[fixture], HISTORY, None)
+def test_history_reasoning_is_kept_on_every_turn(tokenizers):
+    text = render_prompt(tokenizers["glm-5.3"], HISTORY, None)
     assert text == (
         "[gMASK]<sop><|system|>Reasoning Effort: Max<|system|>Be brief.<|user|>What is the capital "
         "of France?<|assistant|><think>old</think>Paris.<|user|>And of Italy?<|assistant|><think>"
     )
     # clear_thinking drops it before the last user turn, as the template's option says.
-    cleared = render_prompt(tokenizers[fixture], HISTORY, None, {"clear_thinking": True})
+    cleared = render_prompt(tokenizers["glm-5.3"], HISTORY, None, {"clear_thinking": True})
     assert "<|assistant|><think></think>Paris.<|user|>" in cleared
+
+
+GLM52_HISTORY_PREFIX = (
+    "[gMASK]<sop><|system|>Reasoning Effort: Max<|system|>Be brief.<|user|>What is the capital "
+    "of France?<|assistant|>"
+)
+
+
+@pytest.mark.parametrize(
+    "variables, turn",
+    [
+        # GLM-5.2's default drops reasoning before the last user turn (measured on a vLLM server:
+        # a user reply collapses the earlier turns to "<think></think>"); 5.3 keeps it.
+        ({}, "<think></think>Paris."),
+        ({"clear_thinking": True}, "<think></think>Paris."),
+        ({"clear_thinking": False}, "<think>old</think>Paris."),
+    ],
+)
+def test_glm52_drops_history_reasoning_unless_clear_thinking_is_false(
+    tokenizers, variables, turn
+):
+    text = render_prompt(tokenizers["glm-5.2"], HISTORY, None, variables)
+    assert text == GLM52_HISTORY_PREFIX + turn + "<|user|>And of Italy?<|assistant|><think>"
+
+
+def test_glm52_keeps_reasoning_after_the_last_user_turn(tokenizers):
+    chain = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "", "reasoning_content": "plan", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": CALL["id"], "content": "21C"},
+    ]
+    text = render_prompt(tokenizers["glm-5.2"], chain, None)
+    assert "<|user|>Q<|assistant|><think>plan</think><tool_call>" in text
 
 
 def test_tools_and_tool_call_history_render_on_one_line(tokenizers):

@@ -1,5 +1,6 @@
 """GLM-5.x (Zhipu: GLM-5.1, 5.2, 5.3): GLM-4.5's role tokens without newlines, an effort line,
-history reasoning kept, tool calls as ``<tool_call>NAME<arg_key>…`` on one line.
+history reasoning (5.3 keeps it; 5.2 drops it before the last user turn unless
+``clear_thinking`` is false), tool calls as ``<tool_call>NAME<arg_key>…`` on one line.
 
 Every prompt opens ``[gMASK]<sop><|system|>Reasoning Effort: X`` (5.3: ``reasoning_effort``
 ``low``/``high`` give Low/High, anything else Max, always written; 5.2: only ``high`` gives High,
