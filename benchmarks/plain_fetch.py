@@ -31,7 +31,10 @@ async def main() -> None:
             body = orjson.dumps(
                 {"model": MODEL, "messages": row["messages"], "stream": args.stream}
             )
-            async with semaphore, session.post(url, data=body) as response:
+            # The canned server ignores the key; the simulator wants one, as OpenRouter does.
+            headers = {"Authorization": "Bearer bench"}
+            async with semaphore, session.post(url, data=body, headers=headers) as response:
+                response.raise_for_status()
                 if not args.stream:
                     obj = orjson.loads(await response.read())
                     total += len(obj["choices"][0]["message"]["content"])

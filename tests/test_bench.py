@@ -39,8 +39,9 @@ def test_ci_benchmark_ratios(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = {result["name"]: result for result in json.loads(figures.read_text())}
-    assert set(results) == {"plain", "plain-kimi-k2.5-remote", "stream"}
+    assert set(results) == {"plain", "plain-kimi-k2.5-remote", "stream", "paced-canned"}
     plain, remote, stream = results["plain"], results["plain-kimi-k2.5-remote"], results["stream"]
+    paced = results.pop("paced-canned")
     # bench.py already checked that draftgen's exported ids equal the SDK baseline's (the
     # tokenizer's own encode), row by row, for both tokenizers, and that the failing run
     # verified nothing. At these sizes start-up (imports, the tokenizer, the encoder's check)
@@ -55,6 +56,17 @@ def test_ci_benchmark_ratios(tmp_path):
     assert remote["fast_encoder_speedup"] >= 2.0, done.stdout
     assert stream["speedup_vs_sdk"] >= 4.0, done.stdout
     assert stream["over_limit"] <= 2.5, done.stdout
+    # 300 streams of 800 tokens at 80 tokens/s, all at once (bench.py checked every exported id
+    # against the tokenizer's own encode). One stream is ~10 s here, so draftgen's fixed costs
+    # (start-up, the encoder's check, the last batch, export: ~5-7 s on 2 busy cores) weigh far
+    # more than against issue 16's 25 s streams; the bound says they stay that size.
+    assert paced["paced_over_single"] <= 2.5, done.stdout
+    # The server kept its pace (no stream came faster than its tokens at the rate asked), and
+    # a bare client kept up with all the streams at once: the ratio measures draftgen.
+    paced_seconds = paced["tokens"] / paced["tokens_per_second"]
+    assert paced["single_stream"] >= 0.95 * paced_seconds, done.stdout
+    assert paced["fetch_over_single"] <= 1.5, done.stdout
+    assert set(paced["measures"]) == {"fetch", "draftgen"}
     for result in results.values():
         measures = result["measures"]
         expected = {"fetch", "encode_reference", "encode_fast", "draftgen", "sdk"}
