@@ -252,6 +252,42 @@ def test_a_codec_that_differs_is_not_used_and_the_run_says_so_once(monkeypatch, 
         fast_encoder.forget(tokenizer)
 
 
+def test_a_run_that_expects_much_text_proves_fastokens_on_its_first_batch():
+    """A big run loads fastokens while it waits for answers; the first batch's proof checks
+    it on that batch's texts like any candidate, and it is used from the first batch on."""
+    tokenizer = load_tokenizer(f"fixture:{sorted(DEFAULT_FASTOKENS)[0]}")
+    fast_encoder.forget(tokenizer)
+    try:
+        fast_encoder.expect(tokenizer, 1_000)  # a short run: nothing to win back a load
+        assert fast_encoder._prepared(tokenizer) is None
+        fast_encoder.expect(tokenizer, 10**9)
+        assert fast_encoder._prepared(tokenizer) is not None
+        choice = fast_encoder.prove(tokenizer, SAMPLE)
+        assert choice.codec is not None and choice.codec.name.startswith("fastokens")
+        assert len(choice.lines) == 1 and f"{len(SAMPLE)} of them this run's" in choice.lines[0]
+        assert choice.upgrade is None and choice.slow == []
+        ids = tok.encode_batch(tokenizer, SAMPLE)
+        assert ids == [reference_encode(tokenizer, text) for text in SAMPLE]
+    finally:
+        fast_encoder.forget(tokenizer)
+
+
+def test_a_prepared_codec_that_differs_is_left_out(monkeypatch):
+    tokenizer = load_tokenizer("fixture:qwen3")
+    fast_encoder.forget(tokenizer)
+    slow = Candidate("broken", lambda: ChangesThink(tokenizer._tokenizer), after_chars=10)
+    cheap = Candidate("cheap", lambda: TokenizersCodec(tokenizer._tokenizer))
+    monkeypatch.setattr(fast_encoder, "candidate_codecs", lambda t: [slow, cheap])
+    try:
+        fast_encoder.expect(tokenizer, 100)
+        choice = fast_encoder.prove(tokenizer, ["x <think> y"])
+        assert choice.codec is not None and choice.codec.name.startswith("tokenizers")
+        assert "broken differs from the tokenizer's own code" in choice.lines[0]
+        assert choice.slow == []  # never loaded and checked again
+    finally:
+        fast_encoder.forget(tokenizer)
+
+
 def test_the_reference_encoder_can_be_forced(monkeypatch):
     monkeypatch.setenv(fast_encoder.ENCODER_ENV, "reference")
     tokenizer = load_tokenizer("fixture:gpt-oss")

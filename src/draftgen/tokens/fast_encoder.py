@@ -429,18 +429,30 @@ def _id_difference(got: Sequence[int], reference: list[int]) -> str:
     return f"{len(got)} ids vs {len(reference)}"
 
 
-def expected_results(tokenizer: Any, sample: list[str]) -> dict:
+def expected_results(
+    tokenizer: Any, sample: list[str], adversarial: dict[str, list[int]] | None = None
+) -> dict:
     """The reference's ids and texts for ``sample`` + the adversarial texts (a text the
-    tokenizer itself cannot take proves nothing either way and is left out)."""
+    tokenizer itself cannot take proves nothing either way and is left out); ``adversarial``:
+    the reference's ids of those, worked out before (``reference_ids``)."""
+    if adversarial is None:
+        adversarial = reference_ids(tokenizer, adversarial_texts(tokenizer))
+    ids = reference_ids(tokenizer, [t for t in dict.fromkeys(sample) if t not in adversarial])
+    ids.update(adversarial)
+    probes = _decode_probes(list(ids.values()))
+    decoded = [reference_decode(tokenizer, p) for p in probes]
+    return {"ids": ids, "probes": probes, "decoded": decoded, "sample": len(sample)}
+
+
+def reference_ids(tokenizer: Any, texts: list[str]) -> dict[str, list[int]]:
+    """The reference's ids of each text it can take."""
     ids: dict[str, list[int]] = {}
-    for text in dict.fromkeys([*sample, *adversarial_texts(tokenizer)]):
+    for text in dict.fromkeys(texts):
         try:
             ids[text] = reference_encode(tokenizer, text)
         except Exception:
             continue
-    probes = _decode_probes(list(ids.values()))
-    decoded = [reference_decode(tokenizer, p) for p in probes]
-    return {"ids": ids, "probes": probes, "decoded": decoded, "sample": len(sample)}
+    return ids
 
 
 # -- special tokens as cuts ----------------------------------------------------------------------
@@ -558,28 +570,35 @@ class EncoderChoice:
         self.slow: list[Candidate] = []
         self.chars = 0
         self.upgrade: threading.Thread | None = None
+        self.prepared: Preparation | None = None
 
-    def prove(self, sample: list[str]) -> None:
-        self.expected = expected_results(self.tokenizer, sample)
+    def prove(self, sample: list[str], prepared: Preparation | None = None) -> None:
+        self.prepared = prepared
+        known = prepared.adversarial if prepared is not None else None
+        self.expected = expected_results(self.tokenizer, sample, known)
         rejected: list[str] = []
+        tried: set[str] = set()
         candidates = candidate_codecs(self.tokenizer)
         for position, candidate in enumerate(candidates):
-            if candidate.slow:
+            if candidate.slow and not (prepared and candidate.name in prepared.built):
                 continue
             codec, why = self._try(candidate)
             if codec is not None:
                 self.codec = codec
-                # Only the slow candidates preferred to it are worth loading later.
-                self.slow = [c for c in candidates[:position] if c.slow]
+                # Only the slow candidates preferred to it, and not tried yet, are worth
+                # loading later.
+                self.slow = [c for c in candidates[:position] if c.slow and c.name not in tried]
                 break
             rejected.append(why)
+            tried.add(candidate.name)
         else:
-            self.slow = [c for c in candidates if c.slow]
+            self.slow = [c for c in candidates if c.slow and c.name not in tried]
         self._say(rejected, self.codec)
 
     def _try(self, candidate: Candidate) -> tuple[Codec | None, str]:
         try:
-            codec = candidate.build()
+            built = self.prepared.built.get(candidate.name) if self.prepared else None
+            codec = built or candidate.build()
         except Exception as exc:  # fastokens does not implement every component
             return None, f"{candidate.name} cannot load this tokenizer ({_short(exc)})"
         assert self.expected is not None
@@ -639,6 +658,53 @@ class EncoderChoice:
             _log.warning(line)
 
 
+class Preparation:
+    """What a run that expects much text does while it waits for its first answers: load the
+    slow candidates it would load later anyway (fastokens) and work out the reference's ids of
+    the adversarial texts, in a thread of its own.
+
+    Nothing here is trusted: the first batch's proof checks every candidate, these included,
+    on the run's own texts too. A streaming run whose answers all end together otherwise loads
+    fastokens after its last answer, or encodes everything with the slower codec.
+    """
+
+    def __init__(self, tokenizer: Any, slow: list[Candidate]) -> None:
+        self.tokenizer = tokenizer
+        self.slow = slow
+        self.built: dict[str, Codec] = {}
+        self.adversarial: dict[str, list[int]] | None = None
+        # Not a daemon, as the upgrade: exit waits for a fastokens load instead of aborting it.
+        self.thread = threading.Thread(target=self._run, name="draftgen-encoder-prepare")
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.adversarial = reference_ids(self.tokenizer, adversarial_texts(self.tokenizer))
+        for candidate in self.slow:
+            try:
+                self.built[candidate.name] = candidate.build()
+            except Exception:  # the proof tries it again and says why
+                continue
+
+
+_PREPARED: dict[int, Preparation] = {}
+
+
+def expect(tokenizer: Any, chars: int) -> None:
+    """Tell the encoder a run will encode about ``chars`` characters: when that pays for a
+    slow candidate's load, prepare it now (``Preparation``), before the first batch."""
+    with _LOCK:
+        if choice_of(tokenizer) is not None or id(tokenizer) in _PREPARED:
+            return
+        slow = [c for c in candidate_codecs(tokenizer) if c.slow and c.after_chars <= chars]
+        if slow:
+            _PREPARED[id(tokenizer)] = Preparation(tokenizer, slow)
+
+
+def _prepared(tokenizer: Any) -> Preparation | None:
+    prepared = _PREPARED.get(id(tokenizer))
+    return prepared if prepared is not None and prepared.tokenizer is tokenizer else None
+
+
 ENCODER_ENV = "DRAFTGEN_ENCODER"
 
 _LOCK = threading.RLock()
@@ -672,7 +738,10 @@ def prove(
             choice = EncoderChoice(tokenizer, label or _label(tokenizer))
             texts = list(dict.fromkeys(sample))
             step = max(1, len(texts) // SAMPLE_TEXTS)
-            choice.prove(texts[::step][:SAMPLE_TEXTS])
+            prepared = _prepared(tokenizer)
+            if prepared is not None:
+                prepared.thread.join()
+            choice.prove(texts[::step][:SAMPLE_TEXTS], prepared)
             _CHOICES[id(tokenizer)] = choice
     if upgrade:
         thread = choice.start_upgrade()
@@ -685,6 +754,9 @@ def forget(tokenizer: Any) -> None:
     """Drop the choice for ``tokenizer``, so the next batch proves again (tests)."""
     with _LOCK:
         _CHOICES.pop(id(tokenizer), None)
+        prepared = _PREPARED.pop(id(tokenizer), None)
+    if prepared is not None:
+        prepared.thread.join()
 
 
 def _label(tokenizer: Any) -> str:
