@@ -1,19 +1,31 @@
-"""Shared test tools: a simulator in a subprocess, the draftgen command, prompt files."""
+"""Shared test tools: the simulator, the draftgen command (in process or not), prompt files."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
 
+import draftgen.tokens.tokenizer as _tokenizer
+
 SECRET = "sk-test-draftgen-0123456789abcdef"
+
+# One load of each tokenizer for the whole session: the library keeps eight (enough for a run),
+# but the suite walks twenty fixtures over and over, and each reload costs up to 3 s. Replaced
+# before any test module imports the name.
+_tokenizer.load_tokenizer = functools.lru_cache(maxsize=None)(_tokenizer.load_tokenizer.__wrapped__)
 
 
 def free_port() -> int:
@@ -23,37 +35,42 @@ def free_port() -> int:
 
 
 class SimProcess:
-    """``draftgen simulate`` in its own process: a client can be killed while it keeps serving."""
+    """``draftgen simulate`` with these flags: on its own event loop in a thread of the test's
+    process (the flags parsed by the CLI into the same configuration), or in a process of its own
+    with ``own_process=True`` or DRAFTGEN_TEST_SUBPROCESS=1. A client can be killed either way
+    while it keeps serving; the thread saves a Python start and a tokenizer load per simulator."""
 
-    def __init__(self, tmp: Path, tokenizer: str, faults=(), quirks=(), extra=()) -> None:
+    def __init__(
+        self, tmp: Path, tokenizer: str, faults=(), quirks=(), extra=(), own_process=False
+    ) -> None:
         self.port = free_port()
         self.truth_path = tmp / f"truth-{self.port}.jsonl"
-        self.log = open(tmp / f"sim-{self.port}.log", "w")
-        args = [
-            sys.executable,
-            "-m",
-            "draftgen.cli",
-            "simulate",
-            "--tokenizer",
-            tokenizer,
-            "--port",
-            str(self.port),
-            "--truth",
-            str(self.truth_path),
-            *extra,
-        ]
+        args = ["simulate", "--tokenizer", tokenizer, "--port", str(self.port)]
+        args += ["--truth", str(self.truth_path), *extra]
         for name, rate in faults:
             args += ["--fault", f"{name}={rate}"]
         for name, rate in quirks:
             args += ["--quirk", f"{name}={rate}"]
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         self.base_url = f"http://127.0.0.1:{self.port}/api/v1"
+        self.process = self.thread = None
+        if own_process or os.environ.get("DRAFTGEN_TEST_SUBPROCESS"):
+            self._start_process(tmp, args)
+        else:
+            from draftgen.simulator import SimulatorThread
+
+            config, host, port = _simulator_config(args)
+            self.thread = SimulatorThread(config, host, port)
+
+    def _start_process(self, tmp: Path, args: list[str]) -> None:
+        log_path = tmp / f"sim-{self.port}.log"
+        self.log = open(log_path, "w")  # noqa: SIM115 (closed by stop)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "draftgen.cli", *args], stdout=self.log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"simulator exited: {(tmp / f'sim-{self.port}.log').read_text()}"
-                )
+                raise RuntimeError(f"simulator exited: {log_path.read_text()}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return
@@ -67,19 +84,34 @@ class SimProcess:
         return [json.loads(line) for line in self.truth_path.read_text().splitlines() if line]
 
     def stop(self) -> None:
+        if self.thread is not None:
+            self.thread.stop()
+            return
         self.process.kill()
         self.process.wait()
         self.log.close()
 
 
-# Commands that only read and write a run directory run in the test's own process (the CLI's
-# ``main``, its exit code and both outputs captured): a process of their own would prove nothing
-# more and costs a Python start, imports and a tokenizer load (~2-3 s) each time. ``run``,
-# ``simulate`` and anything whose signals or process matter keep their subprocess.
-# DRAFTGEN_TEST_SUBPROCESS=1 runs every command in its own process again.
+def _simulator_config(args: list[str]) -> tuple:
+    """(SimConfig, host, port) that ``draftgen simulate ARGS`` would serve, built by the CLI."""
+    from draftgen.cli import main as cli
+
+    parsed = cli.build_parser().parse_args(args)
+    return cli.simulator_config(parsed), parsed.host, parsed.port
+
+
+# Every command but ``simulate`` runs in the test's own process (the CLI's ``main``, its exit code
+# and both outputs captured): a process of its own would prove nothing more and costs a Python
+# start, imports and a tokenizer load (~2-4 s) each time. Tests that prove something about a real
+# process (a signal, kill -9, the lock of another pid, a closed pipe) pass ``subprocess_only=True``
+# or start their own; DRAFTGEN_TEST_SUBPROCESS=1 runs every command in its own process again.
 IN_PROCESS = frozenset(
-    () if os.environ.get("DRAFTGEN_TEST_SUBPROCESS") else {"status", "export", "merge", "vocab"}
+    ()
+    if os.environ.get("DRAFTGEN_TEST_SUBPROCESS")
+    else {"run", "status", "export", "merge", "vocab", "report", "estimate", "cancel", "init"}
 )
+# Kills its own process at a named step (draftgen.generate.batch.crash): never in pytest's.
+CRASH_VARIABLE = "DRAFTGEN_BATCH_CRASH"
 
 
 def draftgen(
@@ -89,7 +121,8 @@ def draftgen(
     subprocess_only: bool = False,
 ) -> subprocess.CompletedProcess:
     extra = {"DRAFTGEN_TEST_KEY": SECRET, **(env_extra or {})}
-    if args and args[0] in IN_PROCESS and not subprocess_only:
+    in_process = args and args[0] in IN_PROCESS and not subprocess_only
+    if in_process and CRASH_VARIABLE not in extra and CRASH_VARIABLE not in os.environ:
         return _draftgen_in_process(list(args), extra)
     return subprocess.run(
         [sys.executable, "-m", "draftgen.cli", *args],
@@ -101,26 +134,51 @@ def draftgen(
 
 
 def _draftgen_in_process(args: list[str], extra: dict) -> subprocess.CompletedProcess:
-    import contextlib
-    import io
+    """``main(args)`` as the command would run: what it changes in the process is put back after
+    (environment, working directory, argv, signal handlers, log handlers and levels, the secrets
+    the log redactor knows), so a test sees no more than it would of a finished process."""
+    import logging
 
     from draftgen.cli import main as cli
+    from draftgen.logs import REDACTOR
 
     out, err = io.StringIO(), io.StringIO()
-    saved = {name: os.environ.get(name) for name in extra}
+    saved_env = {name: os.environ.get(name) for name in extra}
+    saved_cwd, saved_argv = os.getcwd(), sys.argv
+    saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    root, ours = logging.getLogger(), logging.getLogger("draftgen")
+    saved_handlers, saved_levels = list(root.handlers), (root.level, ours.level)
+    saved_secrets = set(REDACTOR.secrets)
+    REDACTOR.secrets.clear()  # as in a new process: only what this command registers
     os.environ.update(extra)
+    sys.argv = ["draftgen", *args]
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = cli.main(args)
             except SystemExit as exc:  # argparse's usage errors
                 code = exc.code if isinstance(exc.code, int) else 1
+            except Exception:  # what the interpreter does with an uncaught one (--log-level debug)
+                traceback.print_exc()
+                code = 1
     finally:
-        for name, value in saved.items():
+        for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        for sig, handler in saved_signals.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        for handler in list(root.handlers):
+            if handler not in saved_handlers:
+                root.removeHandler(handler)
+        root.setLevel(saved_levels[0])
+        ours.setLevel(saved_levels[1])
+        REDACTOR.secrets.clear()
+        REDACTOR.secrets.update(saved_secrets)
     return subprocess.CompletedProcess(["draftgen", *args], code, out.getvalue(), err.getvalue())
 
 

@@ -62,7 +62,7 @@ def test_kill_9_at_every_step_loses_nothing_and_sends_no_row_twice(tmp_path, dia
             extra += ["--batch-url", sim.base_url.removesuffix("/api/v1") + "/v1"]
         args = batch_args(sim, [inputs], out, *extra)
         for point in chain:
-            result = draftgen(*args, env_extra={CRASH_VARIABLE: point})
+            result = draftgen(*args, env_extra={CRASH_VARIABLE: point}, subprocess_only=True)
             assert result.returncode == -9, (
                 f"the run did not reach {point} (exit {result.returncode}): {result.stderr}"
             )

@@ -142,7 +142,7 @@ def test_a_failing_batch_says_why_in_one_sentence_and_its_rows_give_up_after_the
 
 @pytest.mark.slow
 def test_detach_submits_and_exits_status_shows_the_batch_and_the_same_command_collects(tmp_path):
-    sim = batch_sim(tmp_path, seconds=3.0)
+    sim = batch_sim(tmp_path, seconds=1.5)
     try:
         out = tmp_path / "run"
         args = batch_args(sim, [EXAMPLES], out, "--batch-detach")
@@ -178,12 +178,12 @@ def test_detach_submits_and_exits_status_shows_the_batch_and_the_same_command_co
 
 @pytest.mark.slow
 def test_cancel_says_what_is_still_billed_and_the_next_run_sends_the_rows_again(tmp_path):
-    sim = batch_sim(tmp_path, seconds=4.0)
+    sim = batch_sim(tmp_path, seconds=2.5)
     try:
         out = tmp_path / "run"
         first = draftgen(*batch_args(sim, [EXAMPLES], out, "--batch-detach"))
         assert first.returncode == 0, first.stderr
-        time.sleep(1.5)  # visible, in progress, some rows finished
+        time.sleep(1.0)  # visible, in progress, some rows finished
         cancelled = draftgen("cancel", str(out), env_extra={"DRAFTGEN_TEST_KEY": SECRET})
         assert cancelled.returncode == 0, cancelled.stderr
         (line,) = cancelled.stdout.splitlines()
@@ -213,7 +213,7 @@ def test_cancel_says_what_is_still_billed_and_the_next_run_sends_the_rows_again(
 
 @pytest.mark.slow
 def test_ctrl_c_leaves_the_batches_running_and_the_next_run_collects_them(tmp_path):
-    sim = batch_sim(tmp_path, seconds=3.0)
+    sim = batch_sim(tmp_path, seconds=2.0)
     try:
         out = tmp_path / "run"
         env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET}

@@ -155,9 +155,7 @@ GLM52_HISTORY_PREFIX = (
         ({"clear_thinking": False}, "<think>old</think>Paris."),
     ],
 )
-def test_glm52_drops_history_reasoning_unless_clear_thinking_is_false(
-    tokenizers, variables, turn
-):
+def test_glm52_drops_history_reasoning_unless_clear_thinking_is_false(tokenizers, variables, turn):
     text = render_prompt(tokenizers["glm-5.2"], HISTORY, None, variables)
     assert text == GLM52_HISTORY_PREFIX + turn + "<|user|>And of Italy?<|assistant|><think>"
 

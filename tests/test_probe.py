@@ -130,7 +130,7 @@ def test_vllm_must_serve_the_model_by_that_name():
 
 def test_a_silent_endpoint_times_out_quickly():
     async def go():
-        runner, base = await start_app(fake_server({}, [], delay=5))
+        runner, base = await start_app(fake_server({}, [], delay=2.5))
         began = time.monotonic()
         try:
             with pytest.raises(ProbeError, match=r"did not answer within 0\.3 s"):

@@ -27,6 +27,7 @@ def test_ray_shards_merged_equal_an_unsharded_run(tmp_path):
         result = draftgen(
             *run_args(ray_sim, [prompts], on_ray, TOKENIZER, *ray_flags),
             env_extra={"RAY_USAGE_STATS_ENABLED": "0"},
+            subprocess_only=True,  # Ray's workers and its shutdown belong to a process of their own
         )
         assert result.returncode == 0, result.stderr
         shard_keys = []

@@ -283,6 +283,32 @@ def test_chunk_tokens_groups_tokens_per_delta():
     assert len(reasoning_deltas) == math.ceil(len(encode(t, rec["reasoning"])) / 5)
 
 
+def test_tokens_per_second_paces_a_stream_without_changing_it():
+    """Paced, the same events come, each delta chunk_tokens / tokens_per_second after the one
+    before (deadlines from the stream's start: load can delay them, never hasten them)."""
+
+    async def scenario(server, session):
+        started = asyncio.get_running_loop().time()
+        _, _, raw = await post(server, session, {"stream": True})
+        return asyncio.get_running_loop().time() - started, sse_events(raw)
+
+    config = dict(min_tokens=40, max_tokens=40, chunk_tokens=4)
+    took, paced = run(cfg("qwen3", tokens_per_second=200, **config), scenario)
+    _, unpaced = run(cfg("qwen3", **config), scenario)
+    # The same events but for the clock each carries ("created").
+    same = [{**e, "created": 0} if isinstance(e, dict) else e for e in paced]
+    assert same == [{**e, "created": 0} if isinstance(e, dict) else e for e in unpaced]
+    data = [e for e in paced if isinstance(e, dict)]
+    assert len(data) >= 10  # 40 tokens, 4 a delta, then the finish and usage events
+    # Every data event after the first, and [DONE], is due 4 / 200 s after the one before.
+    assert took / (len(data) * 4 / 200) >= 0.9
+
+
+def test_negative_tokens_per_second_is_refused():
+    with pytest.raises(ValueError, match="tokens_per_second must not be negative"):
+        cfg("qwen3", tokens_per_second=-1).validate()
+
+
 # -- truncation -----------------------------------------------------------------------------------
 
 

@@ -1057,9 +1057,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from draftgen.simulator import SimConfig, serve_forever
+    from draftgen.simulator import serve_forever
 
-    config = SimConfig(
+    serve_forever(simulator_config(args), host=args.host, port=args.port)
+    return 0
+
+
+def simulator_config(args: argparse.Namespace):
+    """The ``SimConfig`` that ``draftgen simulate`` serves with these flags."""
+    from draftgen.simulator import SimConfig
+
+    return SimConfig(
         tokenizer=args.tokenizer,
         profile=args.profile,
         seed=args.seed,
@@ -1080,8 +1088,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         batch_visible_after=args.batch_visible_after,
         batch_log_path=args.batch_log,
     )
-    serve_forever(config, host=args.host, port=args.port)
-    return 0
 
 
 def format_status(counts: dict, run_dir: Path) -> str:
