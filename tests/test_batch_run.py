@@ -176,7 +176,9 @@ def test_detach_submits_and_exits_status_shows_the_batch_and_the_same_command_co
         sim.stop()
 
 
+# Long: it waits out a batch's real window in seconds (~12 s); CI runs it with -m long.
 @pytest.mark.slow
+@pytest.mark.long
 def test_cancel_says_what_is_still_billed_and_the_next_run_sends_the_rows_again(tmp_path):
     sim = batch_sim(tmp_path, seconds=2.5)
     try:
@@ -211,7 +213,9 @@ def test_cancel_says_what_is_still_billed_and_the_next_run_sends_the_rows_again(
         sim.stop()
 
 
+# Long: it waits out a batch's real window in seconds (~12 s); CI runs it with -m long.
 @pytest.mark.slow
+@pytest.mark.long
 def test_ctrl_c_leaves_the_batches_running_and_the_next_run_collects_them(tmp_path):
     sim = batch_sim(tmp_path, seconds=2.0)
     try:
