@@ -1,6 +1,6 @@
 """The CLI reference (docs/cli.md), rendered from the parser's own help text.
 
-``python -m draftgen.cli.doc > docs/cli.md`` regenerates it; tests/test_clidoc.py fails when the
+``python -m draftgen.cli.doc > docs/cli.md`` regenerates it; tests/cli/test_clidoc.py fails when the
 checked-in file differs, so the reference never drifts from the flags.
 """
 
@@ -46,7 +46,7 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         "# CLI reference",
         "",
         "Generated from the parser by `python -m draftgen.cli.doc > docs/cli.md`; do not edit by "
-        "hand (tests/test_clidoc.py checks it is current). Each command has a guide: "
+        "hand (tests/cli/test_clidoc.py checks it is current). Each command has a guide: "
         "`docs/<command>.md`.",
         "",
         "Global options (`--log-level`, `--log-json`) go before the command: "

@@ -11,12 +11,10 @@ dropped unless clear_thinking is false).
 
 from __future__ import annotations
 
-import asyncio
-import json
 from dataclasses import replace
 
 import pytest
-from test_golden_matrix import (
+from golden import (
     CALL,
     SHAPES,
     TOOLS,
@@ -26,6 +24,8 @@ from test_golden_matrix import (
     case,
     family_profile,
     generated_text,
+    plain_rows,
+    run_rows,
     simulated_run,
 )
 
@@ -427,7 +427,7 @@ def test_the_simulated_model_writes_glm5s_format(tokenizers, name):
 
 @pytest.mark.parametrize("fixture", ["glm-5.2", "glm-5.3"])
 def test_simulated_vllm_run_exports_the_generated_stop_tokens(tmp_path, monkeypatch, fixture):
-    import test_golden_matrix as golden
+    import golden
 
     monkeypatch.setitem(golden.FAMILIES, fixture, FAMILIES[fixture])
     truth, exported, checks = simulated_run(tmp_path, monkeypatch, fixture, "vllm", {})
@@ -450,7 +450,7 @@ def test_simulated_vllm_run_exports_the_generated_stop_tokens(tmp_path, monkeypa
 def test_simulated_openrouter_run_under_quirks_never_verifies_a_wrong_sample(
     tmp_path, monkeypatch, fixture
 ):
-    import test_golden_matrix as golden
+    import golden
 
     monkeypatch.setitem(golden.FAMILIES, fixture, FAMILIES[fixture])
     quirks = {"leak_eot": 0.4, "no_split": 0.4, "tool_call_text": 0.3, "empty_reasoning": 0.2}
@@ -466,43 +466,6 @@ def test_simulated_openrouter_run_under_quirks_never_verifies_a_wrong_sample(
         else:
             assert not record["text_exact"], (row["verify_reason"], record)
     assert verified >= 12
-
-
-def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
-    """(ground truth by generation id, exported rows) of an OpenRouter-dialect simulated run."""
-    from draftgen.generate.pipeline import RunOptions, run
-    from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store.database import Store
-
-    lines = [json.dumps(row, ensure_ascii=False) for row in rows]
-    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    settings = {"seed": 5, "min_tokens": 10, "max_tokens": 40, **(config or {})}
-    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
-    with SimulatorThread(SimConfig(tokenizer=f"fixture:{fixture}", **settings)) as sim:
-        run_options = RunOptions(
-            inputs=[str(tmp_path / "rows.jsonl")],
-            model="test/model",
-            tokenizer=f"fixture:{fixture}",
-            out=tmp_path / "run",
-            base_url=sim.base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=4,
-            retry_base_delay=0.01,
-            progress_interval=3600,
-            **options,
-        )
-        asyncio.run(run(run_options))
-        truth = dict(sim.truth)
-    with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
-    return truth, exported
-
-
-def plain_rows(count: int) -> list[dict]:
-    return [
-        {"id": f"r{i}", "messages": [{"role": "user", "content": f"Q{i} — é"}]}
-        for i in range(count)
-    ]
 
 
 def test_simulated_run_with_thinking_off_through_openrouter(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from draftgen.cli import doc as clidoc
 from draftgen.cli import main as cli
 from draftgen.cli.config import load_config
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 RECIPE = DOCS / "recipes" / "kimi-k2.5-openrouter.md"
 K3_RECIPE = DOCS / "recipes" / "kimi-k3-openrouter.md"
 SHELL_OPERATORS = ("|", "&", ";", ">", "<", "2>", "&>")

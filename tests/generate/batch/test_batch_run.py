@@ -29,7 +29,7 @@ from draftgen.cli import main as cli
 from draftgen.generate.estimate import EstimateOptions, estimate, format_estimate
 from draftgen.simulator import SimConfig, start_simulator
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "prompts.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "prompts.jsonl"
 
 
 def exported(path: Path) -> dict[str, dict]:

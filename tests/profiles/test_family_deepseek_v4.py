@@ -19,7 +19,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from test_golden_matrix import SHAPES, TOOLS, USER, Family, case
+from golden import SHAPES, TOOLS, USER, Family, case
 
 from draftgen.fixture_code.encoding_dsv4 import encode_messages, parse_message_from_completion_text
 from draftgen.profiles import detect_profile, get_profile

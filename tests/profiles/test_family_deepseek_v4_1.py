@@ -17,7 +17,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from test_golden_matrix import SHAPES, TOOLS, USER, Family, case
+from golden import SHAPES, TOOLS, USER, Family, case
 
 from draftgen.fixture_code import encoding_dsv41
 from draftgen.fixture_code.encoding_dsv41 import encode_messages, parse_message_from_completion_text

@@ -16,8 +16,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from test_family_glm5 import plain_rows, run_rows
-from test_golden_matrix import (
+from golden import (
     CALL,
     SHAPES,
     TOOLS,
@@ -27,6 +26,8 @@ from test_golden_matrix import (
     case,
     family_profile,
     generated_text,
+    plain_rows,
+    run_rows,
     simulated_run,
 )
 
@@ -400,7 +401,7 @@ def test_the_simulated_model_writes_m3s_format(tokenizer, mode):
 
 
 def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch):
-    import test_golden_matrix as golden
+    import golden
 
     monkeypatch.setitem(golden.FAMILIES, "minimax-m3", FAMILIES["adaptive"])
     truth, exported, checks = simulated_run(tmp_path, monkeypatch, "minimax-m3", "vllm", {})
@@ -418,7 +419,7 @@ def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch):
 
 
 def test_simulated_openrouter_run_under_quirks_never_verifies_a_wrong_sample(tmp_path, monkeypatch):
-    import test_golden_matrix as golden
+    import golden
 
     monkeypatch.setitem(golden.FAMILIES, "minimax-m3", FAMILIES["adaptive"])
     quirks = {"leak_eot": 0.4, "no_split": 0.4, "tool_call_text": 0.3, "empty_reasoning": 0.4}
