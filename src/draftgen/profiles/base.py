@@ -222,8 +222,8 @@ class ModelProfile:
         if self.raw_tool_call_close:
             ends.append(self.turn_end(True))
         ends = [end for end in dict.fromkeys(ends) if end]
-        while any(content.endswith(end) for end in ends):
-            content = content[: -len(next(end for end in ends if content.endswith(end)))]
+        while (end := next((e for e in ends if content.endswith(e)), None)) is not None:
+            content = content[: -len(end)]
         return content
 
     def prompt_mode(self, prompt_text: str) -> str:
