@@ -297,22 +297,27 @@ def family_profile(tokenizer, family: Family):
 
 
 def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
-    """(ground truth by generation id, exported rows) of an OpenRouter-dialect simulated run."""
+    """(ground truth by generation id, exported rows) of a simulated run of ``rows`` (dicts):
+    ``config`` is the simulator's settings (OpenRouter's dialect unless it names another),
+    ``options`` the run's, each over a small fast default."""
     lines = [json.dumps(row, ensure_ascii=False) for row in rows]
     (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     settings = {"seed": 5, "min_tokens": 10, "max_tokens": 40, **(config or {})}
+    options = {
+        "model": "test/model",
+        "concurrency": 4,
+        "retry_base_delay": 0.01,
+        "progress_interval": 3600,
+        **options,
+    }
     monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
     with SimulatorThread(SimConfig(tokenizer=f"fixture:{fixture}", **settings)) as sim:
         run_options = RunOptions(
             inputs=[str(tmp_path / "rows.jsonl")],
-            model="test/model",
             tokenizer=f"fixture:{fixture}",
             out=tmp_path / "run",
             base_url=sim.base_url,
             api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=4,
-            retry_base_delay=0.01,
-            progress_interval=3600,
             **options,
         )
         asyncio.run(run(run_options))
@@ -320,6 +325,12 @@ def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
     with Store(tmp_path / "run", create=False) as store:
         exported = list(store.export_rows(include_unverified=True))
     return truth, exported
+
+
+def text_checks(tmp_path) -> dict:
+    """The text_check of each sample of ``run_rows``'s run, by key."""
+    with Store(tmp_path / "run", create=False) as store:
+        return dict(store.db.execute("SELECT key, text_check FROM samples"))
 
 
 def plain_rows(count: int) -> list[dict]:
@@ -344,6 +355,4 @@ def simulated_run(tmp_path, monkeypatch, fixture: str, backend: str, quirks: dic
     truth, exported = run_rows(
         tmp_path, monkeypatch, fixture, rows, config, backend=backend, profile=forced
     )
-    with Store(tmp_path / "run", create=False) as store:
-        checks = dict(store.db.execute("SELECT key, text_check FROM samples"))
-    return truth, exported, checks
+    return truth, exported, text_checks(tmp_path)

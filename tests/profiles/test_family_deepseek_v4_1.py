@@ -17,7 +17,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from golden import SHAPES, TOOLS, USER, Family, case
+from golden import SHAPES, TOOLS, USER, Family, case, run_rows, text_checks
 
 from draftgen.fixture_code import encoding_dsv41
 from draftgen.fixture_code.encoding_dsv41 import encode_messages, parse_message_from_completion_text
@@ -627,12 +627,6 @@ def simulated_run(tmp_path, monkeypatch, backend, effort, quirks=None, faults=No
     """(ground truth by generation id, exported rows, text_check by key) of a run of 16 rows:
     half with tools, some with a leading system message the tools join, some with a system
     message later in the conversation, some of two turns."""
-    import asyncio
-
-    from draftgen.generate.pipeline import RunOptions, run
-    from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store.database import Store
-
     rows = []
     for i in range(16):
         messages = [{"role": "user", "content": f"Question {i} — café"}]
@@ -651,40 +645,20 @@ def simulated_run(tmp_path, monkeypatch, backend, effort, quirks=None, faults=No
         row = {"id": f"r{i}", "messages": messages}
         if i % 2 == 0:
             row["tools"] = TOOLS
-        rows.append(json.dumps(row, ensure_ascii=False))
-    (tmp_path / "rows.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    config = SimConfig(
-        tokenizer="fixture:deepseek-v4.1",
-        seed=11,
-        min_tokens=10,
-        max_tokens=60,
-        dialect=backend,
-        tool_call_rate=0.8,
-        quirks=quirks or {},
-        faults=faults or {},
+        rows.append(row)
+    config = {"seed": 11, "max_tokens": 60, "dialect": backend, "tool_call_rate": 0.8}
+    config.update(quirks=quirks or {}, faults=faults or {})
+    truth, exported = run_rows(
+        tmp_path,
+        monkeypatch,
+        "deepseek-v4.1",
+        rows,
+        config,
+        backend=backend,
+        reasoning_effort=effort,
+        chat_template_kwargs=kwargs,
     )
-    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
-    with SimulatorThread(config) as sim:
-        options = RunOptions(
-            inputs=[str(tmp_path / "rows.jsonl")],
-            model="test/model",
-            tokenizer="fixture:deepseek-v4.1",
-            out=tmp_path / "run",
-            base_url=sim.base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=4,
-            retry_base_delay=0.01,
-            backend=backend,
-            progress_interval=3600,
-            reasoning_effort=effort,
-            chat_template_kwargs=kwargs,
-        )
-        asyncio.run(run(options))
-        truth = dict(sim.truth)
-    with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
-        checks = dict(store.db.execute("SELECT key, text_check FROM samples"))
-    return truth, exported, checks
+    return truth, exported, text_checks(tmp_path)
 
 
 @pytest.mark.parametrize(

