@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from draftgen.profiles.base import ModelProfile
 from draftgen.profiles.fixture import QwenBpeFixture
+from draftgen.profiles.qwen3 import QWEN3_SPECIAL_TOKENS
 
 # How Qwen3.5 writes its tool calls (Qwen3-Coder's XML shape inside <tool_call> tags).
 QWEN3_5_TOOL_CALLS = "qwen3.5"
@@ -86,32 +87,7 @@ QWEN3_5_BASE_VOCAB = 248044
 # (added_tokens_decoder; the audio ones from 248070 are listed there, Qwen3.8 also has them in
 # tokenizer.json): Qwen3's 26 in Qwen3's order, then seven audio tokens.
 QWEN3_5_TOKENS: tuple[str, ...] = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
+    *QWEN3_SPECIAL_TOKENS.values(),
     "<|audio_start|>",
     "<|audio_end|>",
     "<tts_pad>",
