@@ -55,8 +55,3 @@ def redact(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:
             text = text.replace(secret, MASK)
     text = _PREFIXED.sub(lambda m: (m.group("bearer") or "") + MASK, text)
     return _TOKEN.sub(lambda m: MASK if looks_random(m.group(0)) else m.group(0), text)
-
-
-def looks_like_secret(text: str) -> bool:
-    """Whether ``redact`` would mask anything in ``text``."""
-    return redact(text) != text
