@@ -296,6 +296,25 @@ def family_profile(tokenizer, family: Family):
     return profile
 
 
+def stored_delivery(output, delivery, prompt_ids, messages, tools, rendering=None):
+    """The stored completion of a simulated model's ``output`` as ``delivery`` hands it over
+    (``simulator.wire.deliver``), counted as the provider counts: the prompt's ids and the
+    generated ones."""
+    usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output.ids)}
+    completion = Completion(
+        "g",
+        "P",
+        "m",
+        delivery.reasoning_text,
+        delivery.content_text,
+        delivery.tool_calls,
+        output.finish_reason,
+        output.finish_reason,
+        usage,
+    )
+    return StoredCompletion("k", "s", 0, messages, tools, completion, rendering=rendering)
+
+
 def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
     """(ground truth by generation id, exported rows) of a simulated run of ``rows`` (dicts):
     ``config`` is the simulator's settings (OpenRouter's dialect unless it names another),

@@ -29,6 +29,7 @@ from golden import (
     plain_rows,
     run_rows,
     simulated_run,
+    stored_delivery,
 )
 
 from draftgen.profiles import MINIMAX_M2, detect_profile, get_profile
@@ -380,19 +381,7 @@ def test_the_simulated_model_writes_m3s_format(tokenizer, mode):
         renderer = ChatRenderer(tokenizer, MINIMAX_M3)
         rendering = renderer.render(USER, tools, variables)
         prompt_ids = renderer.prompt_ids(rendering)
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output.ids)}
-        completion = Completion(
-            "g",
-            "P",
-            "m",
-            delivery.reasoning_text,
-            delivery.content_text,
-            delivery.tool_calls,
-            output.finish_reason,
-            output.finish_reason,
-            usage,
-        )
-        stored = StoredCompletion("k", "s", 0, USER, tools, completion, rendering=rendering)
+        stored = stored_delivery(output, delivery, prompt_ids, USER, tools, rendering)
         sample = reconstruct_sample(stored, tokenizer, MINIMAX_M3)
         assert sample.input_ids == prompt_ids + output.ids, (seed, output.sections)
         assert sample.reason == "ok", sample.detail

