@@ -290,23 +290,11 @@ def test_max_cost_counts_batches_at_their_worst_case_before_sending(tmp_path):
 def test_estimate_prints_the_live_and_the_batch_price_side_by_side(tmp_path):
     sim = batch_sim(tmp_path)
     try:
-        result = draftgen(
-            "estimate",
-            "--no-config",
-            "--input",
-            str(EXAMPLES),
-            "--model",
-            "moonshotai/kimi-k2.5",
-            "--tokenizer",
-            TOKENIZER,
-            "--base-url",
-            sim.base_url,
-            "--api-key-env",
-            "DRAFTGEN_TEST_KEY",
-            "--max-tokens",
-            "1000",
-            "--json",
-        )
+        estimate = ["estimate", "--no-config", "--input", str(EXAMPLES)]
+        estimate += ["--model", "moonshotai/kimi-k2.5", "--tokenizer", TOKENIZER]
+        estimate += ["--base-url", sim.base_url, "--api-key-env", "DRAFTGEN_TEST_KEY"]
+        estimate += ["--max-tokens", "1000"]
+        result = draftgen(*estimate, "--json")
         assert result.returncode == 0, result.stderr
         figures = json.loads(result.stdout)
         assert figures["price_in"] == pytest.approx(0.6e-6)
@@ -314,22 +302,7 @@ def test_estimate_prints_the_live_and_the_batch_price_side_by_side(tmp_path):
         assert figures["batch_price_out"] == pytest.approx(1.25e-6)
         assert figures["batch_cost_high"] == pytest.approx(figures["cost_high"] / 2)
         assert figures["batch_rounds"] == 3
-        text = draftgen(
-            "estimate",
-            "--no-config",
-            "--input",
-            str(EXAMPLES),
-            "--model",
-            "moonshotai/kimi-k2.5",
-            "--tokenizer",
-            TOKENIZER,
-            "--base-url",
-            sim.base_url,
-            "--api-key-env",
-            "DRAFTGEN_TEST_KEY",
-            "--max-tokens",
-            "1000",
-        ).stdout
+        text = draftgen(*estimate).stdout
         assert "  batch price        $0.3 / $1.25 per million (the :batch entry" in text
         assert re.search(
             r"  cost with --batch  \$\d+\.\d\d \.\. \$\d+\.\d\d, in 3 batch rounds", text
