@@ -26,6 +26,8 @@ from conftest import (
     write_prompts,
 )
 
+from draftgen.generate.reconstruction import WHERE_ENV
+
 FAULTS = [
     ("rate_limit", 0.05),
     ("overloaded", 0.03),
@@ -108,7 +110,9 @@ def test_faulty_run_exports_ground_truth(tmp_path, tokenizer, stream):
         sim.stop()
 
 
-def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
+@pytest.mark.parametrize("where", ["thread", pytest.param("process", marks=pytest.mark.long)])
+def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path, where):
+    """``where``: where the killed run reconstructs; a process of its own must end with it."""
     tokenizer = "fixture:kimi-k2.5"
     sim = SimProcess(
         tmp_path,
@@ -121,7 +125,7 @@ def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
         inputs = write_prompts(tmp_path / "prompts.jsonl", 150, invalid=False, seed=1)
         out = tmp_path / "run"
         args = run_args(sim, [inputs], out, tokenizer, "--concurrency", "8")
-        env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET}
+        env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET, WHERE_ENV: where}
         victim = subprocess.Popen(
             [sys.executable, "-m", "draftgen.cli", *args],
             env=env,
@@ -143,8 +147,14 @@ def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
                 except sqlite3.OperationalError:
                     pass
         assert victim.poll() is None, "the run finished before it could be killed"
+        children = _children(victim.pid)
+        assert (where == "process") == bool(children), children
         victim.send_signal(signal.SIGKILL)
         victim.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _alive(children):
+            time.sleep(0.1)
+        assert not _alive(children), "the reconstruction outlived the killed run"
         db = sqlite3.connect(db_path)
         before = dict(db.execute("SELECT generation_id, key FROM completions"))
         db.close()
@@ -168,6 +178,29 @@ def test_kill_9_then_resume_buys_nothing_stored_again(tmp_path):
         check_against_truth(out, sim, export_path)
     finally:
         sim.stop()
+
+
+def _children(parent: int) -> list[int]:
+    """The running processes whose parent is ``parent``."""
+    return [pid for pid, ppid in _processes() if ppid == parent]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (a zombie waiting for its reaper has ended)."""
+    return [pid for pid, _ in _processes() if pid in pids]
+
+
+def _processes():
+    """(pid, parent pid) of every running process, from /proc."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    state, ppid = handle.read().rsplit(")", 1)[1].split()[:2]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state != "Z":
+                yield int(entry), int(ppid)
 
 
 def test_resume_with_other_settings_refuses(tmp_path):

@@ -20,9 +20,9 @@ from draftgen.generate.pipeline import (
     RunOptions,
     RunSummary,
     open_existing,
-    reconstruct_pending,
     run,
 )
+from draftgen.generate.reconstruction import reconstruct_pending
 from draftgen.store.database import RunLock, Store
 
 

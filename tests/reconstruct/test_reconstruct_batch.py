@@ -8,7 +8,8 @@ import threading
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.pipeline import RunOptions, reconstruct_all, run
+from draftgen.generate.pipeline import RunOptions, run
+from draftgen.generate.reconstruction import reconstruct_all
 from draftgen.reconstruct.batch import PreEncodedTokenizer, reconstruct_batches
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.simulator import SimConfig, SimulatorThread

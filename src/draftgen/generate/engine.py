@@ -42,12 +42,8 @@ from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import GenerationSettings, Rendering
 from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store, StoreError
-from draftgen.tokens import fast_encoder
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 from draftgen.tokens.tokenizer import load_tokenizer
-
-# What a reasoning answer runs to when the run sets no --max-tokens (about 4 characters a token).
-TYPICAL_ANSWER_TOKENS = 2000
 
 
 class LiveGeneration:
@@ -110,12 +106,7 @@ class LiveGeneration:
             in_flight=lambda: self.client.limiter.in_flight,
             tally=SampleTally(store.path),
         )
-        tokenizer = load_tokenizer(options.tokenizer)
-        # A run this size pays for the fast encoder's slow load: it is done while the first
-        # answers are awaited, not after them (reconstruction shares this tokenizer).
-        answer_tokens = settings.max_tokens or TYPICAL_ANSWER_TOKENS
-        fast_encoder.expect(tokenizer, total_rows * options.samples * answer_tokens * 4)
-        self.renderer = ChatRenderer(tokenizer, profile)
+        self.renderer = ChatRenderer(load_tokenizer(options.tokenizer), profile)
         self.variables = request_variables(settings, profile)
         self.native = (
             native_turns(options.tokenizer, options.profile)

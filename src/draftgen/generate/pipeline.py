@@ -7,7 +7,6 @@ only what is missing, so nothing stored is bought twice. The live requests are t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -19,25 +18,22 @@ from urllib.parse import urlparse
 
 import orjson
 
-from draftgen import __version__
 from draftgen.backends import Backend, SettingsError, UnknownBackendError, get_backend
 from draftgen.generate.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
 from draftgen.generate.engine import LiveGeneration
 from draftgen.generate.errors import RunError
 from draftgen.generate.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.generate.progress import RunProgress
+from draftgen.generate.reconstruction import BackgroundReconstruction
 from draftgen.inputs.ingest import Rejection
 from draftgen.inputs.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
 from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
-from draftgen.profiles import ModelProfile, get_profile
-from draftgen.reconstruct.batch import reconstruct_batches
-from draftgen.reconstruct.text import strips_are_invisible
-from draftgen.reconstruct.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
+from draftgen.profiles import ModelProfile
 from draftgen.records import GenerationSettings
 from draftgen.store.database import REJECTED_NAME, RunLock, Store, StoreError
 from draftgen.tokens.rendering import tokenizer_profile
-from draftgen.tokens.tokenizer import load_tokenizer, tokenizer_digest
+from draftgen.tokens.tokenizer import tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
 
@@ -357,12 +353,15 @@ async def run(options: RunOptions) -> RunSummary:
                     f"environment variable {options.api_key_env} is not set; export your API key "
                     "in it or name another one with --api-key-env"
                 )
-        await before_first_request(options, store, base_url, api_key, simulator)
+        planned = await before_first_request(options, store, base_url, api_key, simulator)
         store.set_meta("tokenizer", options.tokenizer)
         store.set_meta("profile", profile.name)
         if options.profile is None:
             store.set_meta(DETECTED_PROFILE, profile.name)
-        reconstruction = BackgroundReconstruction(options.out, options.tokenizer, profile)
+        answer_chars = (options.max_tokens or TYPICAL_ANSWER_TOKENS) * 4
+        reconstruction = BackgroundReconstruction(
+            options.out, options.tokenizer, profile, planned.requests * answer_chars
+        )
         try:
             generate = _generate
             if options.batch:  # the one place batch mode plugs in: the generation step
@@ -390,6 +389,9 @@ async def run(options: RunOptions) -> RunSummary:
         store.close()
 
 
+# What a reasoning answer runs to when the run sets no --max-tokens (about 4 characters a token):
+# how much a run will encode, which decides how it is reconstructed.
+TYPICAL_ANSWER_TOKENS = 2000
 DETECTED_PROFILE = "detected_profile"  # store meta: the profile detected for meta "tokenizer"
 TOKENIZER_DIGEST = "tokenizer_digest"  # store meta: tokenizer files and chat template, hashed
 
@@ -445,105 +447,6 @@ async def _generate(
         options, store, settings, profile, base_url, api_key, started, total_rows=total_rows
     )
     return await engine.run()
-
-
-def reconstruct_all(
-    store: Store,
-    tokenizer_spec: str,
-    profile: ModelProfile,
-    batch: int = 256,
-    follow: threading.Event | None = None,
-    stop: threading.Event | None = None,
-) -> int:
-    """Build and verify a sample for each completion without one (all, if the tokenizer changed).
-
-    With ``follow``, completions a running generation stores are taken as they come, until
-    ``follow`` is set; ``stop`` ends early (what is made is kept, the rest waits for a resume).
-    """
-    fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
-    if store.meta("reconstruction") != fingerprint:
-        store.clear_samples()
-        store.set_meta("reconstruction", fingerprint)
-    tokenizer = load_tokenizer(tokenizer_spec)
-    made = 0
-    # Batches are read, encoded on every core and written in turn: memory holds two batches.
-    pending = store.pending_completions(batch, follow=follow, stop=stop)
-    for samples in reconstruct_batches(pending, tokenizer, profile):
-        store.add_samples(samples)
-        made += len(samples)
-    flag_invisible_strips(store, tokenizer, profile)
-    return made
-
-
-class BackgroundReconstruction:
-    """``reconstruct_all`` in a thread of its own, following the completions a run stores.
-
-    Its own connection reads what the writer commits; the Rust encoder releases the GIL, so
-    reconstruction overlaps generation instead of waiting for it, and the event loop never
-    runs tokenizer or SQLite work.
-    """
-
-    def __init__(self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile) -> None:
-        # Nothing is new to reconstruct before the first request, and waiting for it keeps the
-        # tokenizer's load (GIL-bound imports) off a resume's way to its first missing turn.
-        self.generation_started = threading.Event()
-        self.generation_done = threading.Event()
-        self.stop = threading.Event()
-        self._task = asyncio.ensure_future(
-            asyncio.to_thread(self._run, run_dir, tokenizer_spec, profile)
-        )
-
-    def _run(self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile) -> int:
-        self.generation_started.wait()
-        store = Store(run_dir)
-        try:
-            return reconstruct_all(
-                store, tokenizer_spec, profile, follow=self.generation_done, stop=self.stop
-            )
-        finally:
-            store.close()
-
-    async def finish(self, interrupted: bool = False) -> int:
-        """Wait for the rest to be reconstructed (for the batch in hand only, if interrupted)."""
-        if interrupted:
-            self.stop.set()
-        self.generation_done.set()
-        self.generation_started.set()
-        return await asyncio.shield(self._task)
-
-
-def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int:
-    """Unverify samples of providers seen stripping whitespace where a strip would not show.
-
-    A provider is suspected when a count mismatch of its is explained by restored edge
-    whitespace and it never returned content with edge whitespace. (A mismatch alone is weak
-    evidence: a non-canonical segmentation can look the same.) Stripping is code, so it is a
-    property of the provider, not of one response.
-    """
-    strippers = store.providers_with_reason(WHITESPACE_ALTERED)
-    strippers -= store.providers_keeping_edge_whitespace()
-    keys, contents = [], []
-    for key, content in store.verified_contents(strippers):
-        keys.append(key)
-        contents.append(profile.strip_end_of_turn(content))
-    detail = "this provider strips whitespace and a strip here leaves the count unchanged"
-    invisible = strips_are_invisible(contents, tokenizer)  # encoded in batches, not one by one
-    flags = [
-        (key, PROVIDER_STRIPS_WHITESPACE, detail)
-        for key, hidden in zip(keys, invisible, strict=True)
-        if hidden
-    ]
-    if flags:
-        store.flag_samples(flags)
-    return len(flags)
-
-
-def reconstruct_pending(store: Store) -> int:
-    """Reconstruct completions a run stored but did not reach (an interrupted run)."""
-    spec, name = store.meta("tokenizer"), store.meta("profile")
-    if not spec or not name or not store.counts()["unreconstructed"]:
-        return 0
-    return reconstruct_all(store, spec, get_profile(name))
 
 
 def open_existing(run_dir: Path) -> Store:

@@ -1,0 +1,297 @@
+"""Reconstruction of a run's completions into verified samples, while the run goes on.
+
+``reconstruct_all`` turns every stored completion without a sample into one (the tokenizer's work
+batched, ``reconstruct.batch``). ``BackgroundReconstruction`` runs it beside a live or batch
+generation, following what the generation stores: in a thread for a small run, in a process of
+its own for a big one. Reconstruction is Python that holds the GIL (reading the store, building
+readings, verifying, writing samples), so in a thread it takes turns with the event loop, the
+prompt rendering and the store's writer; in its own process it has a core of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import logging.handlers
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+from pathlib import Path
+
+from draftgen import __version__
+from draftgen.errors import DraftgenError
+from draftgen.profiles import ModelProfile, get_profile
+from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.text import strips_are_invisible
+from draftgen.reconstruct.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
+from draftgen.store.database import Store
+from draftgen.tokens import fast_encoder
+from draftgen.tokens.tokenizer import load_tokenizer
+
+# A run that will encode this many characters or more reconstructs in a process of its own: the
+# process's start (an interpreter, transformers, the tokenizer: ~2 s of a core) is then a small
+# part of what reconstruction costs (~0.5 ms of Python a sample, ~1,000 answers of 2,000 tokens).
+PROCESS_FROM_CHARS = 8_000_000
+# "thread" or "process" forces where a run reconstructs, whatever its size (tests, benchmarks).
+WHERE_ENV = "DRAFTGEN_RECONSTRUCT"
+
+
+class ReconstructionError(DraftgenError, RuntimeError):
+    """The reconstruction process ended without a result (killed, out of memory)."""
+
+
+def reconstruct_all(
+    store: Store,
+    tokenizer_spec: str,
+    profile: ModelProfile,
+    batch: int = 256,
+    follow: threading.Event | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Build and verify a sample for each completion without one (all, if the tokenizer changed).
+
+    With ``follow``, completions a running generation stores are taken as they come, until
+    ``follow`` is set; ``stop`` ends early (what is made is kept, the rest waits for a resume).
+    """
+    fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
+    if store.meta("reconstruction") != fingerprint:
+        store.clear_samples()
+        store.set_meta("reconstruction", fingerprint)
+    tokenizer = load_tokenizer(tokenizer_spec)
+    made = 0
+    # Batches are read, encoded on every core and written in turn: memory holds two batches.
+    pending = store.pending_completions(batch, follow=follow, stop=stop)
+    for samples in reconstruct_batches(pending, tokenizer, profile):
+        store.add_samples(samples)
+        made += len(samples)
+    flag_invisible_strips(store, tokenizer, profile)
+    return made
+
+
+def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int:
+    """Unverify samples of providers seen stripping whitespace where a strip would not show.
+
+    A provider is suspected when a count mismatch of its is explained by restored edge
+    whitespace and it never returned content with edge whitespace. (A mismatch alone is weak
+    evidence: a non-canonical segmentation can look the same.) Stripping is code, so it is a
+    property of the provider, not of one response.
+    """
+    strippers = store.providers_with_reason(WHITESPACE_ALTERED)
+    strippers -= store.providers_keeping_edge_whitespace()
+    keys, contents = [], []
+    for key, content in store.verified_contents(strippers):
+        keys.append(key)
+        contents.append(profile.strip_end_of_turn(content))
+    detail = "this provider strips whitespace and a strip here leaves the count unchanged"
+    invisible = strips_are_invisible(contents, tokenizer)  # encoded in batches, not one by one
+    flags = [
+        (key, PROVIDER_STRIPS_WHITESPACE, detail)
+        for key, hidden in zip(keys, invisible, strict=True)
+        if hidden
+    ]
+    if flags:
+        store.flag_samples(flags)
+    return len(flags)
+
+
+def reconstruct_pending(store: Store) -> int:
+    """Reconstruct completions a run stored but did not reach (an interrupted run)."""
+    spec, name = store.meta("tokenizer"), store.meta("profile")
+    if not spec or not name or not store.counts()["unreconstructed"]:
+        return 0
+    return reconstruct_all(store, spec, get_profile(name))
+
+
+def _follow_run(
+    run_dir: Path,
+    tokenizer_spec: str,
+    profile: ModelProfile,
+    expected_chars: int,
+    started,
+    done,
+    stop,
+) -> int:
+    """``reconstruct_all`` over the run directory's store until ``done`` (events of either kind)."""
+    # A run this size pays for the fast encoder's slow load: it is done while the first answers
+    # are awaited, not after them.
+    fast_encoder.expect(load_tokenizer(tokenizer_spec), expected_chars)
+    started.wait()
+    store = Store(run_dir)
+    try:
+        return reconstruct_all(store, tokenizer_spec, profile, follow=done, stop=stop)
+    finally:
+        store.close()
+
+
+class BackgroundReconstruction:
+    """``reconstruct_all`` beside a generation, following the completions it stores.
+
+    Its own connection reads what the writer commits. ``expected_chars`` is about what the run
+    will encode: from ``PROCESS_FROM_CHARS`` on, reconstruction runs in a process of its own
+    (``WHERE_ENV`` overrides), else in a thread, where the Rust encoder still releases the GIL.
+    """
+
+    def __init__(
+        self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile, expected_chars: int = 0
+    ) -> None:
+        where = os.environ.get(WHERE_ENV) or (
+            "process" if expected_chars >= PROCESS_FROM_CHARS else "thread"
+        )
+        args = (run_dir, tokenizer_spec, profile, expected_chars)
+        if where == "process":
+            self._worker: _ThreadWorker | _ProcessWorker = _ProcessWorker(*args)
+        else:
+            self._worker = _ThreadWorker(*args)
+        # Set as the first request is sent: nothing is new to reconstruct before.
+        self.generation_started = self._worker.started
+
+    async def finish(self, interrupted: bool = False) -> int:
+        """Wait for the rest to be reconstructed (for the batch in hand only, if interrupted);
+        the samples made."""
+        return await self._worker.finish(interrupted)
+
+
+class _ThreadWorker:
+    """The reconstruction in a thread of this process."""
+
+    def __init__(self, run_dir, tokenizer_spec, profile, expected_chars) -> None:
+        self.started = threading.Event()
+        self.done = threading.Event()
+        self.stop = threading.Event()
+        self._task = asyncio.ensure_future(
+            asyncio.to_thread(self._run, run_dir, tokenizer_spec, profile, expected_chars)
+        )
+
+    def _run(self, run_dir, tokenizer_spec, profile, expected_chars) -> int:
+        # Waiting for the first request keeps the tokenizer's load (GIL-bound imports) off a
+        # resume's way to its first missing turn.
+        self.started.wait()
+        return _follow_run(
+            run_dir, tokenizer_spec, profile, expected_chars, self.started, self.done, self.stop
+        )
+
+    async def finish(self, interrupted: bool) -> int:
+        if interrupted:
+            self.stop.set()
+        self.done.set()
+        self.started.set()
+        return await asyncio.shield(self._task)
+
+
+class _ProcessWorker:
+    """The reconstruction in a process of its own (spawned: a fork would copy the event loop's
+    and the tokenizer's threads mid-work).
+
+    The child loads the tokenizer at once (another core does it while this process starts the
+    run), sends its log records here to go through this process's handlers, ignores Ctrl-C
+    (this process decides what an interrupt stops, through ``stop``) and exits if this process
+    dies: what it committed is kept and a resume reconstructs the rest.
+    """
+
+    def __init__(self, run_dir, tokenizer_spec, profile, expected_chars) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.started = context.Event()
+        self.done = context.Event()
+        self.stop = context.Event()
+        self._results = context.Queue()
+        self._logs = context.Queue()
+        self._relay = threading.Thread(
+            target=_relay_logs, args=(self._logs,), name="draftgen-reconstruct-logs", daemon=True
+        )
+        self._relay.start()
+        level = logging.getLogger("draftgen").getEffectiveLevel()
+        self._process = context.Process(
+            target=_child_main,
+            args=(
+                run_dir,
+                tokenizer_spec,
+                profile.name,
+                expected_chars,
+                (self.started, self.done, self.stop),
+                self._results,
+                self._logs,
+                level,
+                os.getpid(),
+            ),
+            name="draftgen-reconstruct",
+            daemon=True,
+        )
+        self._process.start()
+
+    async def finish(self, interrupted: bool) -> int:
+        if interrupted:
+            self.stop.set()
+        self.done.set()
+        self.started.set()
+        return await asyncio.to_thread(self._result)
+
+    def _result(self) -> int:
+        """The child's count of samples made, or the error it raised."""
+        try:
+            while True:
+                try:
+                    kind, value = self._results.get(timeout=0.2)
+                    break
+                except queue.Empty:
+                    if not self._process.is_alive():
+                        raise ReconstructionError(
+                            f"the reconstruction process ended with exit code "
+                            f"{self._process.exitcode} before it was done; every completion is "
+                            "stored, and `draftgen export` or the same run command reconstructs "
+                            "what it left"
+                        ) from None
+            self._process.join()
+        finally:
+            self._logs.put(None)
+            self._relay.join()
+        if kind == "error":
+            raise value
+        return value
+
+
+def _child_main(
+    run_dir, tokenizer_spec, profile_name, expected_chars, events, results, logs, level, parent
+) -> None:
+    """The reconstruction process: ``_follow_run``, its result or error put on ``results``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_without, args=(parent,), daemon=True).start()
+    root = logging.getLogger("draftgen")
+    root.handlers[:] = [logging.handlers.QueueHandler(logs)]
+    root.setLevel(level)
+    root.propagate = False
+    try:
+        profile = get_profile(profile_name)
+        made = _follow_run(run_dir, tokenizer_spec, profile, expected_chars, *events)
+    except BaseException as exc:  # noqa: BLE001 - every error is the parent's to raise
+        results.put(("error", _picklable(exc)))
+    else:
+        results.put(("made", made))
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` if it crosses to the parent intact, else a RuntimeError with its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _exit_without(parent: int) -> None:
+    """End this process when its parent is gone (a kill -9 of the run leaves no one to wait
+    for it): SQLite has kept every committed batch."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _relay_logs(records: multiprocessing.Queue) -> None:
+    """Hand the child's log records to this process's loggers, until None."""
+    while (record := records.get()) is not None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)

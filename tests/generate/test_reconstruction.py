@@ -1,0 +1,145 @@
+"""Reconstruction beside a run, in a thread or in a process of its own: the same samples either
+way; the process's errors, logs and death reach the run; the run's death ends the process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sample_runs import TOKENIZER, make_run
+
+from draftgen.generate import reconstruction
+from draftgen.generate.reconstruction import (
+    BackgroundReconstruction,
+    ReconstructionError,
+)
+from draftgen.profiles import get_profile
+from draftgen.store.database import Store
+from draftgen.tokens.tokenizer import TokenizerLoadError
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("reconstruction"))
+
+
+def _copy_without_samples(run: Path, to: Path) -> Path:
+    shutil.copytree(run, to)
+    store = Store(to)
+    store.clear_samples()
+    store.close()
+    return to
+
+
+def _samples(run: Path) -> list[tuple]:
+    with sqlite3.connect(run / "draftgen.sqlite") as db:
+        return db.execute("SELECT * FROM samples ORDER BY key").fetchall()
+
+
+def _profile(run: Path):
+    store = Store(run)
+    try:
+        return get_profile(store.meta("profile"))
+    finally:
+        store.close()
+
+
+async def _reconstruct(run: Path, tokenizer: str = TOKENIZER, kill_child: bool = False) -> int:
+    """A generation that has just ended, followed by a reconstruction forced into a process."""
+    background = BackgroundReconstruction(run, tokenizer, _profile(run), expected_chars=10**9)
+    background.generation_started.set()
+    if kill_child:
+        process = background._worker._process
+        await asyncio.sleep(0.2)
+        os.kill(process.pid, signal.SIGKILL)
+    return await background.finish()
+
+
+def test_a_big_run_reconstructs_in_a_process_with_the_same_samples(finished_run, tmp_path):
+    expected = _samples(finished_run)
+    run = _copy_without_samples(finished_run, tmp_path / "copy")
+    made = asyncio.run(_reconstruct(run))
+    assert made == len(expected) > 40
+    assert _samples(run) == expected
+
+
+def test_the_size_decides_where_unless_the_environment_says(monkeypatch, tmp_path):
+    monkeypatch.delenv(reconstruction.WHERE_ENV, raising=False)
+
+    async def where(chars: int) -> str:
+        background = BackgroundReconstruction(tmp_path, TOKENIZER, get_profile("kimi-k2"), chars)
+        worker = type(background._worker).__name__
+        background._worker.stop.set()  # nothing to do: end at once
+        await background.finish()
+        return worker
+
+    small, big = reconstruction.PROCESS_FROM_CHARS - 1, reconstruction.PROCESS_FROM_CHARS
+    Store(tmp_path).close()
+    assert asyncio.run(where(small)) == "_ThreadWorker"
+    assert asyncio.run(where(big)) == "_ProcessWorker"
+    monkeypatch.setenv(reconstruction.WHERE_ENV, "thread")
+    assert asyncio.run(where(big)) == "_ThreadWorker"
+
+
+def test_the_process_errors_and_logs_reach_the_run(finished_run, tmp_path, caplog):
+    run = _copy_without_samples(finished_run, tmp_path / "copy")
+    with pytest.raises(TokenizerLoadError, match="unknown tokenizer fixture 'no-such'"):
+        asyncio.run(_reconstruct(run, "fixture:no-such"))
+    caplog.set_level(logging.INFO, logger="draftgen")
+    asyncio.run(_reconstruct(run))
+    # The fast encoder's verdict, said in the reconstruction process, logged here.
+    assert any(r.name == "draftgen.encoder" and "identical" in r.message for r in caplog.records)
+
+
+def test_a_killed_process_is_reported_and_a_resume_finishes(finished_run, tmp_path):
+    run = _copy_without_samples(finished_run, tmp_path / "copy")
+    with pytest.raises(ReconstructionError, match="exit code -9.*reconstructs what it left"):
+        asyncio.run(_reconstruct(run, kill_child=True))
+    assert asyncio.run(_reconstruct(run)) >= 0
+    assert _samples(run) == _samples(finished_run)
+
+
+def test_the_process_ends_when_the_run_is_killed(finished_run, tmp_path):
+    run = _copy_without_samples(finished_run, tmp_path / "copy")
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from draftgen.generate.reconstruction import BackgroundReconstruction\n"
+        "from draftgen.profiles import get_profile\n"
+        "async def main():\n"
+        f"    b = BackgroundReconstruction(Path({str(run)!r}), {TOKENIZER!r},"
+        " get_profile('kimi-k2'), 10**9)\n"
+        "    await asyncio.sleep(2)  # the process is past its start, waiting for answers\n"
+        "    print(b._worker._process.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _alive(child):
+            time.sleep(0.1)
+        assert not _alive(child), "the reconstruction process outlived its run"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
