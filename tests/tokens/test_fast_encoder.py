@@ -117,6 +117,17 @@ def test_fastokens_is_proven_after_the_cheap_codec(name):
     assert choice.codec.name in codecs_of(name)
 
 
+@pytest.mark.parametrize("name", DEFAULT_FASTOKENS)
+def test_byte_level_vocabularies_decode_by_table(name):
+    """Verification decodes every id by the table (3x quicker than fastokens' own decode)."""
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    fastokens = [c for n, c in codecs_of(name).items() if n.startswith("fastokens")]
+    assert fastokens and all(codec.table is not None for codec in fastokens)
+    for text in fast_encoder.adversarial_texts(tokenizer):
+        ids = reference_encode(tokenizer, text)
+        assert fastokens[0].table.decode(ids) == reference_decode(tokenizer, ids)
+
+
 def _spellings(name: str) -> list[str]:
     tokenizer = load_tokenizer(f"fixture:{name}")
     return sorted(fast_encoder._special_spellings(tokenizer))[:300]
@@ -186,6 +197,8 @@ def test_fast_codecs_equal_the_reference_on_random_text(name):
             assert [codec.encode(text) for text in texts] == expected, codec.name
             assert codec.decode_batch(expected) == decoded, codec.name
             assert [codec.decode(ids) for ids in expected] == decoded, codec.name
+            if getattr(codec, "table", None) is not None:  # no fallback to the native decode
+                assert [codec.table.decode(ids) for ids in expected] == decoded, codec.name
         # And what the rest of draftgen calls.
         assert tok.encode_batch(tokenizer, texts) == expected
         assert [tok.decode(tokenizer, ids) for ids in expected] == decoded

@@ -138,13 +138,81 @@ def _joined(
     return out
 
 
-class FastokensCodec(Codec):
-    """fastokens (Rust BPE, GIL released, every core), loaded from the tokenizer's own files."""
+class ByteTable:
+    """Decoding where every id stands for fixed bytes (a byte-level BPE vocabulary, a tiktoken
+    file): the ids' bytes joined and read as UTF-8, a broken sequence replaced as ``tokenizers``'
+    ByteLevel decoder and tiktoken do (``str(..., errors="replace")``).
 
-    def __init__(self, native: Any, name: str, splitter: Splitter | None = None) -> None:
+    Verification decodes every id a run makes. fastokens' own decode holds the GIL and ran ~3x
+    slower than this table here (7.6 M ids: 0.57 s against 0.20 s); the table is proven with
+    the codec that uses it, as any decode is.
+    """
+
+    def __init__(self, table: list[bytes | None]) -> None:
+        self._get = table.__getitem__
+
+    def decode(self, ids: Sequence[int]) -> str:
+        # An id the table lacks is None: join raises, and the caller decodes natively.
+        return b"".join(map(self._get, ids)).decode("utf-8", "replace")
+
+
+def _byte_level_chars() -> dict[str, int]:
+    """The character GPT-2's byte-level alphabet writes for each byte: printable Latin-1 stands
+    for itself, every other byte for a character from U+0100 on, in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {chr(b): b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            chars[chr(0x100 + extra)] = b
+            extra += 1
+    return chars
+
+
+def byte_table_of(raw: Any) -> ByteTable | None:
+    """The ``ByteTable`` of a ``tokenizers`` object whose decoder is ByteLevel (None otherwise).
+
+    As that decoder does, a token all of whose characters are in the byte-level alphabet stands
+    for their bytes; any other (an added token such as ``<｜User｜>``) for its own UTF-8.
+    """
+    if type(getattr(raw, "decoder", None)).__name__ != "ByteLevel":
+        return None
+    chars = _byte_level_chars()
+    vocab = raw.get_vocab(with_added_tokens=True)
+    table: list[bytes | None] = [None] * (max(vocab.values(), default=-1) + 1)
+    for token, index in vocab.items():
+        try:
+            table[index] = bytes(chars[c] for c in token)
+        except KeyError:
+            table[index] = token.encode("utf-8")
+    return ByteTable(table)
+
+
+def tiktoken_byte_table(encoding: Any) -> ByteTable:
+    """The ``ByteTable`` of a tiktoken ``Encoding``: each rank's bytes, each special's UTF-8."""
+    table: list[bytes | None] = [None] * encoding.n_vocab
+    for piece, rank in encoding._mergeable_ranks.items():
+        table[rank] = piece
+    for text, index in encoding._special_tokens.items():
+        table[index] = text.encode("utf-8")
+    return ByteTable(table)
+
+
+class FastokensCodec(Codec):
+    """fastokens (Rust BPE, GIL released, every core), loaded from the tokenizer's own files;
+    decoding by ``table`` where the vocabulary has one."""
+
+    def __init__(
+        self,
+        native: Any,
+        name: str,
+        splitter: Splitter | None = None,
+        table: ByteTable | None = None,
+    ) -> None:
         self.native = native
         self.name = name
         self.splitter = splitter
+        self.table = table
 
     def _encode_flat(self, texts: list[str]) -> list[list[int]]:
         if not texts:
@@ -169,10 +237,15 @@ class FastokensCodec(Codec):
         return self.encode_batch([text])[0]
 
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
+        if self.table is not None:
+            try:
+                return [self.table.decode(ids) for ids in batch]
+            except (TypeError, IndexError):
+                pass
         return self.native.decode_batch(batch, skip_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.native.decode(list(ids), skip_special_tokens=False)
+        return self.decode_batch([list(ids)])[0]
 
 
 class TiktokenCodec(Codec):
@@ -272,8 +345,10 @@ def candidate_codecs(tokenizer: Any) -> list[Candidate]:
             # tokenizer serialised again); the check decides either way.
             path = os.path.join(str(getattr(tokenizer, "name_or_path", "")), "tokenizer.json")
             if os.path.isfile(path):
-                return FastokensCodec(fastokens.Tokenizer.from_file(path), "fastokens")
-            return FastokensCodec(fastokens.Tokenizer.from_json_str(raw.to_str()), "fastokens")
+                native = fastokens.Tokenizer.from_file(path)
+            else:
+                native = fastokens.Tokenizer.from_json_str(raw.to_str())
+            return FastokensCodec(native, "fastokens", table=byte_table_of(raw))
 
         found.append(Candidate("fastokens", from_json, after_chars=12_000_000))
     if encoding is not None:
@@ -290,7 +365,7 @@ def candidate_codecs(tokenizer: Any) -> list[Candidate]:
                         pattern=encoding._pat_str,
                         special_tokens=dict(encoding._special_tokens),
                     )
-                    return FastokensCodec(native, name, splitter)
+                    return FastokensCodec(native, name, splitter, tiktoken_byte_table(encoding))
 
                 found.append(Candidate(name, from_tiktoken, after_chars=3_000_000))
         for splitter in (kimi_pieces, None):
