@@ -15,15 +15,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from draftgen.generate.pipeline import (
-    RunOptions,
-    RunSummary,
-    open_existing,
-    run,
-)
-from draftgen.generate.reconstruction import reconstruct_pending
 from draftgen.store.database import RunLock, Store
+
+if TYPE_CHECKING:
+    from draftgen.generate.pipeline import RunOptions, RunSummary
 
 
 class Run:
@@ -41,6 +38,10 @@ class Run:
         return asyncio.run(self.execute_async())
 
     async def execute_async(self) -> RunSummary:
+        # Imported here, not at the top: reading a run directory (RunDir) needs none of the
+        # run's engine (its HTTP client, endpoints, progress display).
+        from draftgen.generate.pipeline import run
+
         return await run(self.options)
 
 
@@ -65,24 +66,24 @@ class RunDir:
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
         """The run in ``path`` (``StoreError`` if it holds none)."""
-        with open_existing(Path(path)):
+        with Store(Path(path), create=False):
             pass
         return cls(Path(path))
 
     @property
     def tokenizer(self) -> str | None:
         """The tokenizer the run was made with, as it was given (a path, hub id or fixture)."""
-        with open_existing(self.path) as store:
+        with Store(self.path, create=False) as store:
             return store.meta("tokenizer")
 
     def status(self) -> dict:
         """Counts by outcome and reason, exactness, endpoints, rejected rows, the active run."""
-        with open_existing(self.path) as store:
+        with Store(self.path, create=False) as store:
             return store.counts()
 
     def prepare(self) -> Snapshot:
         """Reconstruct what an interrupted run left unreconstructed, unless a run is active."""
-        with open_existing(self.path) as store:
+        with Store(self.path, create=False) as store:
             return self._prepare(store)
 
     def export(
@@ -91,7 +92,7 @@ class RunDir:
         """Write ``fmt`` (specforge, specforge-text, parquet, hf) to ``out``: (rows, snapshot)."""
         from draftgen.outputs.export import export
 
-        with open_existing(self.path) as store:
+        with Store(self.path, create=False) as store:
             snapshot = self._prepare(store)
             return export(store, fmt, Path(out), include_unverified), snapshot
 
@@ -99,7 +100,7 @@ class RunDir:
         """Write ``report.json`` and ``report.html`` (into the run directory by default)."""
         from draftgen.outputs.report import write_report
 
-        with open_existing(self.path) as store:
+        with Store(self.path, create=False) as store:
             return write_report(store, Path(out_dir) if out_dir else None)
 
     def vocab(
@@ -113,7 +114,7 @@ class RunDir:
         the target vocabulary size used, snapshot). The target size defaults to the tokenizer's."""
         from draftgen.outputs.vocab import build_from_store, target_vocab_size, write_mapping
 
-        with open_existing(self.path) as store:
+        with Store(self.path, create=False) as store:
             snapshot = self._prepare(store)
             target = target_size if target_size is not None else target_vocab_size(store)
             mapping = build_from_store(store, size, target, include_unverified)
@@ -123,4 +124,10 @@ class RunDir:
         holder = RunLock.holder(self.path)
         if holder is not None:
             return Snapshot(active_run=holder, left_out=store.unreconstructed())
+        if not store.unreconstructed():
+            return Snapshot()
+        # Imported only when there is work: reconstruction loads tokenizers, which reading a
+        # finished run does not need.
+        from draftgen.generate.reconstruction import reconstruct_pending
+
         return Snapshot(reconstructed=reconstruct_pending(store))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 from conftest import draftgen, write_prompts
@@ -193,6 +195,26 @@ def test_a_run_in_progress_is_named_by_status_and_export(finished, tmp_path):
         "reconstructed 2 samples the run had not reached (it was interrupted)",
         f"wrote {total} rows to {tmp_path / 'b.jsonl'}",
     ]
+
+
+def test_reading_a_run_loads_neither_the_run_engine_nor_the_simulator(finished, tmp_path):
+    """export and status parse and run without importing the engine (its HTTP client, endpoints)
+    or the simulator: the imports would take longer than a small export."""
+    out, _ = finished
+    heavy = ("aiohttp", "draftgen.generate.pipeline", "draftgen.simulator")
+    code = (
+        "import sys\n"
+        "from draftgen.cli.main import main\n"
+        f"main(['export', {str(out)!r}, '--out', {str(tmp_path / 'a.jsonl')!r}])\n"
+        f"main(['status', {str(out)!r}])\n"
+        f"print([name for name in {heavy!r} if name in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"
+    # draftgen --help lists the engine's commands without building their options.
+    light, full = cli.build_parser(engine_options=False), cli.build_parser()
+    assert light.format_help() == full.format_help()
 
 
 def _pid() -> int:

@@ -6,6 +6,7 @@ reference each other format is compared with, value for value.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 
@@ -16,7 +17,8 @@ from conftest import draftgen, read_jsonl
 from sample_runs import TOOLS, make_run
 
 from draftgen.outputs.export import ExportError, export, parquet_schema
-from draftgen.store.database import Store
+from draftgen.records import Completion, TokenSample
+from draftgen.store.database import CompletionWriter, Store
 
 METADATA = [
     "id",
@@ -144,6 +146,28 @@ def test_specforge_text_is_the_sent_messages_plus_the_answer(run_dir, reference,
         == 0
     )
     assert [r["id"] for r in read_jsonl(default)] == [r["id"] for r in reference["verified"]]
+
+
+@pytest.mark.parametrize("fmt", ["specforge", "parquet"])
+def test_ids_and_loss_mask_at_the_edges(tmp_path, fmt):
+    """The mask is 0 on the prompt's ids and 1 after them, however short either part is."""
+    samples = {"a": ([], 0), "b": ([7, 8, 9], 0), "c": ([7, 8, 9], 3), "d": ([2**31 - 1, 0, 5], 1)}
+    store = Store(tmp_path / "run")
+    writer = CompletionWriter(store.path)
+    completion = Completion("g", "p", "m", "", "a", None, "stop", "stop", {})
+    for key in samples:
+        asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
+    writer.close()
+    store.add_samples([TokenSample(k, ids, n, True, "ok") for k, (ids, n) in samples.items()])
+    out = tmp_path / "out"
+    assert export(store, fmt, out) == 4
+    rows = read_jsonl(out) if fmt == "specforge" else pq.read_table(out).to_pylist()
+    assert [(row["input_ids"], row["loss_mask"]) for row in rows] == [
+        ([], []),
+        ([7, 8, 9], [1, 1, 1]),
+        ([7, 8, 9], [0, 0, 0]),
+        ([2**31 - 1, 0, 5], [0, 1, 1]),
+    ]
 
 
 def test_unsplit_reasoning_and_leaked_end_of_turn_are_undone():

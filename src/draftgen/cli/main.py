@@ -84,9 +84,15 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 RUN_DIR_HELP = "a run directory (the --out of draftgen run)"
+# The commands whose options take their defaults and choices from the run engine and the
+# simulator: importing those (an HTTP client and server, ~0.2 s) would double the time of a small
+# export, so ``main`` adds these options only when one of these commands may be the one to run.
+ENGINE_COMMANDS = ("run", "simulate", "estimate")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(engine_options: bool = True) -> argparse.ArgumentParser:
+    """The parser of every command; without ``engine_options``, the ``ENGINE_COMMANDS`` have
+    their name and help (all ``draftgen --help`` lists) but no options."""
     parser = DraftgenParser(
         prog="draftgen",
         description="Regenerate prompt datasets with a target model and export exact token ids.",
@@ -94,19 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"draftgen {__version__}")
     _add_logging(parser)
     commands = parser.add_subparsers(dest="command", required=True)
-    run = _add_run(commands)  # and merge, cancel: the commands of its shards and batches
+    run = commands.add_parser("run", help="generate, store, reconstruct and verify (resumable)")
+    _add_merge(commands)
+    _add_cancel(commands)
     _add_export(commands)
     _add_vocab(commands)
     _add_report(commands)
     _add_status(commands)
-    _add_simulate(commands)
+    simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
     _add_init(commands)
-    estimate = _add_estimate(commands, run)
-    from draftgen.cli.config import defer_defaults
+    estimate = commands.add_parser(
+        "estimate",
+        help="prompt tokens, cost and time of a run before spending (same flags as run)",
+    )
+    if engine_options:
+        _add_run(run)
+        _add_simulate(simulate)
+        _add_estimate(estimate, run)
+        from draftgen.cli.config import defer_defaults
 
-    # Last, after every run option exists: a config file fills what the flags leave unset.
-    defer_defaults(run)
-    defer_defaults(estimate)
+        # Last, after every run option exists: a config file fills what the flags leave unset.
+        defer_defaults(run)
+        defer_defaults(estimate)
     return parser
 
 
@@ -164,14 +179,12 @@ def _add_include_unverified(parser: argparse.ArgumentParser, help: str) -> None:
 # -- run -----------------------------------------------------------------------------------------
 
 
-def _add_run(commands) -> argparse.ArgumentParser:
-    run = commands.add_parser("run", help="generate, store, reconstruct and verify (resumable)")
+def _add_run(run: argparse.ArgumentParser) -> None:
     _add_run_target(run)
     _add_run_requests(run)
     _add_run_settings(run)
-    _add_shards(run, commands)
-    _add_batch(run, commands)
-    return run
+    _add_shards(run)
+    _add_batch(run)
 
 
 def _add_run_target(run: argparse.ArgumentParser) -> None:
@@ -378,10 +391,9 @@ def _add_status(commands) -> None:
 # -- simulate ------------------------------------------------------------------------------------
 
 
-def _add_simulate(commands) -> None:
+def _add_simulate(simulate: argparse.ArgumentParser) -> None:
     from draftgen.simulator.config import DIALECTS
 
-    simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
     simulate.add_argument(
         "--tokenizer",
         required=True,
@@ -608,8 +620,8 @@ def _add_run_settings(run: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_shards(run: argparse.ArgumentParser, commands) -> None:
-    """`run`'s shard and Ray options, and the `merge` command (docs/merge.md)."""
+def _add_shards(run: argparse.ArgumentParser) -> None:
+    """`run`'s shard and Ray options; `merge` combines the shards (docs/merge.md)."""
     run.add_argument(
         "--shard",
         type=_shard,
@@ -630,6 +642,9 @@ def _add_shards(run: argparse.ArgumentParser, commands) -> None:
         help="Ray cluster to join, e.g. auto or ray://head:10001 (default: a local Ray on "
         "this machine)",
     )
+
+
+def _add_merge(commands) -> None:
     merge = commands.add_parser(
         "merge", help="combine run directories (shards) into a new one, deduplicated by key"
     )
@@ -643,8 +658,8 @@ def _add_shards(run: argparse.ArgumentParser, commands) -> None:
     _add_out(merge, "RUN_DIR", "new run directory")
 
 
-def _add_batch(run: argparse.ArgumentParser, commands) -> None:
-    """`run`'s batch mode and the `cancel` command (docs/batch.md); [batch] in draftgen.toml."""
+def _add_batch(run: argparse.ArgumentParser) -> None:
+    """`run`'s batch mode (docs/batch.md); [batch] in draftgen.toml."""
     from draftgen.generate.batch.dialects import DIALECT_NAMES
 
     run.add_argument(
@@ -711,6 +726,9 @@ def _add_batch(run: argparse.ArgumentParser, commands) -> None:
         help="how long a batch whose create got no answer may stay unseen in the API's listing "
         f"before its rows count as never sent and are sent again (default {_shown('batch_grace')})",
     )
+
+
+def _add_cancel(commands) -> None:
     cancel = commands.add_parser(
         "cancel", help="cancel a run's batches in flight (run --batch), where the API allows it"
     )
@@ -757,11 +775,7 @@ def _add_simulated_batches(simulate: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    estimate = commands.add_parser(
-        "estimate",
-        help="prompt tokens, cost and time of a run before spending (same flags as run)",
-    )
+def _add_estimate(estimate: argparse.ArgumentParser, run: argparse.ArgumentParser) -> None:
     from draftgen.cli.config import share_arguments
 
     share_arguments(run, estimate, ESTIMATE_SHARED)
@@ -793,7 +807,6 @@ def _add_estimate(commands, run: argparse.ArgumentParser) -> argparse.ArgumentPa
         help="output speed of one request when no pilot measured it (default 30)",
     )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    return estimate
 
 
 def _add_logging(parser: argparse.ArgumentParser) -> None:
@@ -849,7 +862,10 @@ def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # Unless an argument names an engine command, the command run is none of them.
+    engine = any(arg in ENGINE_COMMANDS for arg in argv)
+    args = build_parser(engine_options=engine).parse_args(argv)
     from draftgen.logs import configure
 
     configure(args.log_level, args.log_json)
@@ -1037,10 +1053,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import orjson
 
-    from draftgen.generate.pipeline import open_existing
+    from draftgen.api import RunDir
 
-    with open_existing(args.run_dir) as store:
-        counts = store.counts()
+    counts = RunDir.open(args.run_dir).status()
     if args.json:
         print(orjson.dumps(counts, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -369,13 +369,24 @@ class Store:
         self.db.execute("COMMIT")
 
     def export_rows(self, include_unverified: bool) -> Iterator[dict]:
+        """The samples an export holds, in order, ``input_ids`` a list of ints."""
+        for row in self.export_samples(include_unverified):
+            row["input_ids"] = row["input_ids"].tolist()
+            yield row
+
+    def export_samples(self, include_unverified: bool) -> Iterator[dict]:
+        """``export_rows`` with ``input_ids`` an ``array("i")``, for writers that take the ids as
+        one buffer (numpy, Arrow) rather than a Python int each."""
         sql = """
             SELECT c.key, c.source_id, c.turn, c.finish_reason, c.provider, c.generation_id,
-                   s.input_ids, s.prompt_len, s.verified, s.reason, s.truncated, s.id_source
+                   s.prompt_len, s.verified, s.reason, s.truncated, s.id_source
             FROM samples s JOIN completions c ON c.key = s.key
         """
         if not include_unverified:
             sql += " WHERE s.verified = 1 AND s.truncated = 0"
+        # The ids are read after the sort, a sample at a time, from the snapshot the sorted
+        # statement holds open: sorting rows that carry them would first copy every id through
+        # SQLite's sorter (a temporary file as large as the ids).
         for row in self.db.execute(sql + " ORDER BY c.source_id, c.turn, c.key"):
             (
                 key,
@@ -384,20 +395,22 @@ class Store:
                 finish,
                 provider,
                 generation_id,
-                blob,
                 prompt_len,
                 verified,
                 reason,
                 truncated,
                 id_source,
             ) = row
+            (blob,) = self.db.execute(
+                "SELECT input_ids FROM samples WHERE key = ?", (key,)
+            ).fetchone()
             ids = array("i")
             ids.frombytes(blob)
             yield {
                 "key": key,
                 "source_id": source_id,
                 "turn": turn,
-                "input_ids": ids.tolist(),
+                "input_ids": ids,
                 "prompt_len": prompt_len,
                 "verified": bool(verified) and not truncated,
                 "verify_reason": reason,
