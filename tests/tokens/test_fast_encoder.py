@@ -412,7 +412,7 @@ def test_every_sample_failing_costs_at_most_twice_every_sample_verifying():
 
     A failing sample tries 15 whitespace repairs; their texts go to the encoder in one batch
     and only the span between special tokens that changes is encoded, so the encoder does
-    ~1.3x the work. Reconstruction alone takes ~2.5x the CPU (the repairs' Python), a small
+    ~1.3x the work. Reconstruction alone takes ~3x the CPU (the repairs' Python), a small
     part of what a run spends per sample (HTTP, storage, export): bench.py measures the whole
     run, every sample failing against every sample verifying (docs/performance.md).
     """
@@ -422,6 +422,9 @@ def test_every_sample_failing_costs_at_most_twice_every_sample_verifying():
     choice = fast_encoder.prove(tokenizer, SAMPLE, upgrade=True)
     verifying = _stored(tokenizer, profile, 120, 0)
     failing = _stored(tokenizer, profile, 120, 7)
+    # What a process works out once, on its first failing sample (the special tokens' pattern,
+    # the proof that ids split at them: ~0.5 s), is not a cost of each sample.
+    list(reconstruct_batches([failing[:2]], tokenizer, profile))
     figures = {}
     for label, stored in (("verify", verifying), ("fail", failing), ("verify again", verifying)):
         counting = CountingCodec(choice.codec)
