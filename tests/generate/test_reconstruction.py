@@ -1,5 +1,6 @@
 """Reconstruction beside a run, in a thread or in a process of its own: the same samples either
-way; the process's errors, logs and death reach the run; the run's death ends the process."""
+way; the process's errors, logs and death reach the run; the run's death ends the process;
+no way of ending leaves multiprocessing's resource tracker anything to report."""
 
 from __future__ import annotations
 
@@ -110,20 +111,13 @@ def test_a_killed_process_is_reported_and_a_resume_finishes(finished_run, tmp_pa
 
 def test_the_process_ends_when_the_run_is_killed(finished_run, tmp_path):
     run = _copy_without_samples(finished_run, tmp_path / "copy")
-    script = (
-        "import asyncio, sys\n"
-        "from pathlib import Path\n"
-        "from draftgen.generate.reconstruction import BackgroundReconstruction\n"
-        "from draftgen.profiles import get_profile\n"
-        "async def main():\n"
+    parent = _run_script(
         f"    b = BackgroundReconstruction(Path({str(run)!r}), {TOKENIZER!r},"
         " get_profile('kimi-k2'), 10**9)\n"
         "    await asyncio.sleep(2)  # the process is past its start, waiting for answers\n"
         "    print(b._worker._process.pid, flush=True)\n"
         "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
         parent.send_signal(signal.SIGKILL)
@@ -132,8 +126,49 @@ def test_the_process_ends_when_the_run_is_killed(finished_run, tmp_path):
         while time.monotonic() < deadline and _alive(child):
             time.sleep(0.1)
         assert not _alive(child), "the reconstruction process outlived its run"
+        # The stream closes when the last process writing to it (the child, the resource
+        # tracker multiprocessing starts with it) has ended.
+        _assert_quiet(parent.communicate(timeout=20)[1])
     finally:
         parent.kill()
+
+
+def test_a_process_that_ends_without_clean_up_leaves_nothing_to_report(finished_run, tmp_path):
+    """As after a crash or a double Ctrl-C: ``os._exit`` runs no finalizer."""
+    run = _copy_without_samples(finished_run, tmp_path / "copy")
+    parent = _run_script(
+        f"    b = BackgroundReconstruction(Path({str(run)!r}), {TOKENIZER!r},"
+        " get_profile('kimi-k2'), 10**9)\n"
+        "    b.generation_started.set()\n"
+        "    print(await b.finish(), flush=True)\n"
+        "    os._exit(0)\n"
+    )
+    try:
+        made, errors = parent.communicate(timeout=120)
+        assert (parent.returncode, int(made)) == (0, len(_samples(finished_run)))
+        _assert_quiet(errors)
+    finally:
+        parent.kill()
+
+
+def _run_script(main: str) -> subprocess.Popen:
+    """A Python process running the body ``main`` of an ``async def main()``."""
+    script = (
+        "import asyncio, os\n"
+        "from pathlib import Path\n"
+        "from draftgen.generate.reconstruction import BackgroundReconstruction\n"
+        "from draftgen.profiles import get_profile\n"
+        f"async def main():\n{main}"
+        "asyncio.run(main())\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _assert_quiet(stderr: str) -> None:
+    """No word from multiprocessing's resource tracker ("leaked semaphore objects")."""
+    assert "resource_tracker" not in stderr and "leaked" not in stderr, stderr
 
 
 def _alive(pid: int) -> bool:

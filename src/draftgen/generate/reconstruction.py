@@ -16,10 +16,8 @@ import logging.handlers
 import multiprocessing
 import os
 import pickle
-import queue
 import signal
 import threading
-import time
 from pathlib import Path
 
 from draftgen import __version__
@@ -115,7 +113,7 @@ def _follow_run(
     done,
     stop,
 ) -> int:
-    """``reconstruct_all`` over the run directory's store until ``done`` (events of either kind)."""
+    """``reconstruct_all`` over the run directory's store until ``done`` (``threading.Event``s)."""
     # A run this size pays for the fast encoder's slow load: it is done while the first answers
     # are awaited, not after them.
     fast_encoder.expect(load_tokenizer(tokenizer_spec), expected_chars)
@@ -189,20 +187,23 @@ class _ProcessWorker:
     The child loads the tokenizer at once (another core does it while this process starts the
     run), sends its log records here to go through this process's handlers, ignores Ctrl-C
     (this process decides what an interrupt stops, through ``stop``) and exits if this process
-    dies: what it committed is kept and a resume reconstructs the rest.
+    dies: what it committed is kept and a resume reconstructs the rest. Two one-way pipes join
+    them, and nothing else: no semaphore a crash could leave to the resource tracker, and each
+    side learns the other's death as the end of the pipe it reads.
     """
 
     def __init__(self, run_dir, tokenizer_spec, profile, expected_chars) -> None:
         context = multiprocessing.get_context("spawn")
-        self.started = context.Event()
-        self.done = context.Event()
-        self.stop = context.Event()
-        self._results = context.Queue()
-        self._logs = context.Queue()
+        child_controls, self._controls = context.Pipe(duplex=False)
+        self._reports, child_reports = context.Pipe(duplex=False)
+        controls = _Sender(self._controls, on_broken=None)  # a dead child is finish()'s to say
+        self.started = _SentEvent("started", controls)
+        self.done = _SentEvent("done", controls)
+        self.stop = _SentEvent("stop", controls)
+        self._outcome: tuple[str, object] | None = None
         self._relay = threading.Thread(
-            target=_relay_logs, args=(self._logs,), name="draftgen-reconstruct-logs", daemon=True
+            target=self._relay_reports, name="draftgen-reconstruct-reports", daemon=True
         )
-        self._relay.start()
         level = logging.getLogger("draftgen").getEffectiveLevel()
         self._process = context.Process(
             target=_child_main,
@@ -211,16 +212,18 @@ class _ProcessWorker:
                 tokenizer_spec,
                 profile.name,
                 expected_chars,
-                (self.started, self.done, self.stop),
-                self._results,
-                self._logs,
+                child_controls,
+                child_reports,
                 level,
-                os.getpid(),
             ),
             name="draftgen-reconstruct",
             daemon=True,
         )
         self._process.start()
+        # Only the child may hold its ends, or its death would not end what this process reads.
+        child_controls.close()
+        child_reports.close()
+        self._relay.start()
 
     async def finish(self, interrupted: bool) -> int:
         if interrupted:
@@ -229,47 +232,129 @@ class _ProcessWorker:
         self.started.set()
         return await asyncio.to_thread(self._result)
 
-    def _result(self) -> int:
-        """The child's count of samples made, or the error it raised."""
+    def _relay_reports(self) -> None:
+        """Hand the child's log records to this process's loggers and keep its outcome, until
+        the child's end of the pipe closes (it exited, or was killed)."""
         try:
             while True:
-                try:
-                    kind, value = self._results.get(timeout=0.2)
-                    break
-                except queue.Empty:
-                    if not self._process.is_alive():
-                        raise ReconstructionError(
-                            f"the reconstruction process ended with exit code "
-                            f"{self._process.exitcode} before it was done; every completion is "
-                            "stored, and `draftgen export` or the same run command reconstructs "
-                            "what it left"
-                        ) from None
-            self._process.join()
-        finally:
-            self._logs.put(None)
-            self._relay.join()
+                kind, value = self._reports.recv()
+                if kind == "log":
+                    logger = logging.getLogger(value.name)
+                    if logger.isEnabledFor(value.levelno):
+                        logger.handle(value)
+                else:
+                    self._outcome = (kind, value)
+        except EOFError:
+            pass
+
+    def _result(self) -> int:
+        """The child's count of samples made, or the error it raised."""
+        self._relay.join()
+        self._process.join()
+        exitcode = self._process.exitcode
+        # Closed only now: the child takes the end of ``controls`` for its parent's death.
+        self._controls.close()
+        self._reports.close()
+        self._process.close()
+        if self._outcome is None:
+            raise ReconstructionError(
+                f"the reconstruction process ended with exit code {exitcode} before it was "
+                "done; every completion is stored, and `draftgen export` or the same run "
+                "command reconstructs what it left"
+            )
+        kind, value = self._outcome
         if kind == "error":
             raise value
         return value
 
 
+class _Sender:
+    """One end of a pipe that several threads send on."""
+
+    def __init__(self, connection, on_broken) -> None:
+        self._connection = connection
+        self._on_broken = on_broken
+        self._lock = threading.Lock()
+
+    def send(self, message) -> None:
+        """Send ``message``; if the reader is gone, call ``on_broken`` (None: drop it)."""
+        try:
+            with self._lock:
+                self._connection.send(message)
+        except OSError:  # a broken pipe, or this end already closed by finish()
+            if self._on_broken is not None:
+                self._on_broken()
+
+
+class _SentEvent:
+    """A flag set in this process and sent, once, to the reconstruction process."""
+
+    def __init__(self, name: str, sender: _Sender) -> None:
+        self._name = name
+        self._sender = sender
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+
+    def set(self) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+        self._sender.send(self._name)
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+
+class _PipeLogHandler(logging.handlers.QueueHandler):
+    """Log records, made picklable as for a queue, sent to the parent."""
+
+    def __init__(self, sender: _Sender) -> None:
+        super().__init__(None)
+        self._sender = sender
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        self._sender.send(("log", record))
+
+
 def _child_main(
-    run_dir, tokenizer_spec, profile_name, expected_chars, events, results, logs, level, parent
+    run_dir, tokenizer_spec, profile_name, expected_chars, controls, reports, level
 ) -> None:
-    """The reconstruction process: ``_follow_run``, its result or error put on ``results``."""
+    """The reconstruction process: ``_follow_run``, its result or error sent on ``reports``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_without, args=(parent,), daemon=True).start()
+    events = {name: threading.Event() for name in ("started", "done", "stop")}
+    threading.Thread(target=_listen, args=(controls, events), daemon=True).start()
+    sender = _Sender(reports, on_broken=_parent_gone)
     root = logging.getLogger("draftgen")
-    root.handlers[:] = [logging.handlers.QueueHandler(logs)]
+    root.handlers[:] = [_PipeLogHandler(sender)]
     root.setLevel(level)
     root.propagate = False
     try:
         profile = get_profile(profile_name)
-        made = _follow_run(run_dir, tokenizer_spec, profile, expected_chars, *events)
+        made = _follow_run(run_dir, tokenizer_spec, profile, expected_chars, **events)
     except BaseException as exc:  # noqa: BLE001 - every error is the parent's to raise
-        results.put(("error", _picklable(exc)))
+        sender.send(("error", _picklable(exc)))
     else:
-        results.put(("made", made))
+        sender.send(("made", made))
+
+
+def _listen(controls, events: dict[str, threading.Event]) -> None:
+    """Set the events the parent names, until its end of the pipe closes: only its death
+    closes it before this process is done."""
+    try:
+        while True:
+            events[controls.recv()].set()
+    except (EOFError, OSError):
+        _parent_gone()
+
+
+def _parent_gone() -> None:
+    """End this process at once: a kill -9 of the run leaves no one to wait for it, and SQLite
+    has kept every committed batch."""
+    os._exit(1)
 
 
 def _picklable(exc: BaseException) -> BaseException:
@@ -279,19 +364,3 @@ def _picklable(exc: BaseException) -> BaseException:
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc
-
-
-def _exit_without(parent: int) -> None:
-    """End this process when its parent is gone (a kill -9 of the run leaves no one to wait
-    for it): SQLite has kept every committed batch."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(1)
-
-
-def _relay_logs(records: multiprocessing.Queue) -> None:
-    """Hand the child's log records to this process's loggers, until None."""
-    while (record := records.get()) is not None:
-        logger = logging.getLogger(record.name)
-        if logger.isEnabledFor(record.levelno):
-            logger.handle(record)
