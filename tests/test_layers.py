@@ -19,6 +19,7 @@ RANKS = {
     "draftgen.errors": 0,
     "draftgen.records": 0,
     "draftgen.redact": 0,
+    "draftgen.collector": 0,  # pacing Python's cycle collector: the stdlib only
     "draftgen.logs": 1,  # logging redacts: it stands on redact
     "draftgen.profiles": 1,
     "draftgen.tokens": 2,

@@ -15,7 +15,7 @@ import pytest
 from conftest import write_prompts
 
 from draftgen.generate.pipeline import RunOptions, run
-from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
 from draftgen.inputs.ingest import read_conversations
 from draftgen.inputs.plan import plan_turns
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
@@ -47,6 +47,24 @@ def test_a_reused_id_is_rejected_only_for_another_conversation(tmp_path):
         "conversation; give each row a unique id",
         None,
     ]
+
+
+def test_ids_checked_a_list_at_a_time_give_what_checking_them_one_by_one_gives(tmp_path):
+    # Reused ids inside one list, across lists and across the rows a statement binds.
+    rows = [
+        {"id": f"r{i % 7}", "messages": [{"role": "user", "content": f"q{i % 5}"}]}
+        for i in range(ROWS_PER_STATEMENT + 30)
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    planned = [(c, plan_turns(c)) for c in read_conversations([str(path)])]
+    one_by_one, in_lists = SourceIds(), SourceIds()
+    expected = [one_by_one.duplicate_problem(c, plans) for c, plans in planned]
+    got = in_lists.duplicate_problems(planned[:3]) + in_lists.duplicate_problems(planned[3:])
+    one_by_one.close()
+    in_lists.close()
+    assert got == expected
+    assert 0 < expected.count(None) < len(expected)
 
 
 @pytest.fixture

@@ -82,6 +82,45 @@ def test_writer_commits_groups_and_failures_clear_on_success(tmp_path):
     assert stored.completion.usage["completion_tokens"] == 4 and stored.messages == []
 
 
+def test_a_write_whose_coroutine_is_cancelled_stands_and_the_writer_goes_on(tmp_path):
+    store = Store(tmp_path)
+    writer = CompletionWriter(store.path)
+    completion = Completion("g", "p", "m", "", "a", None, "stop", "stop", {})
+
+    async def main():
+        woken = []
+        writes = [
+            asyncio.create_task(writer.add_completion(k, k, 0, b"{}", completion, 1, [], 0))
+            for k in ("a", "b", "c")
+        ]
+        for task in writes:
+            task.add_done_callback(lambda t: woken.append(writes.index(t)))
+        await asyncio.sleep(0)  # each write is queued, its coroutine awaits the commit
+        writes[1].cancel()
+        # The writes after the cancelled one are not held up, and it is committed all the same.
+        await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=10)
+        await asyncio.wait_for(writer.add_failure("d", "d", 0, "gave_up", 8, []), timeout=10)
+        return woken
+
+    assert asyncio.run(main()) == [1, 0, 2]  # the cancel first, then the group in its order
+    writer.close()
+    counts = Store(tmp_path).counts()
+    assert (counts["completions"], counts["failures"]) == (3, {"gave_up": 1})
+
+
+def test_a_text_that_is_the_reasoning_and_the_content_is_stored_as_the_reasoning():
+    from draftgen.store.database import SAME_AS, pack_message
+
+    text = "the same words, long enough to be stored once and pointed at from the message"
+    completion = Completion(None, None, None, text, text, None, "stop", None)
+    completion.raw_message = {"content": text, "reasoning": text, "short": text[:10]}
+    assert pack_message(completion) == {
+        "content": {SAME_AS: "reasoning"},
+        "reasoning": {SAME_AS: "reasoning"},
+        "short": text[:10],
+    }
+
+
 def test_samples_round_trip_and_export_filter(tmp_path):
     store = Store(tmp_path)
     writer = CompletionWriter(store.path)

@@ -11,11 +11,12 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 
 import orjson
 
 from draftgen.backends import get_backend
+from draftgen.collector import collecting_less
 from draftgen.generate.budget import BudgetReached, SpendGuard
 from draftgen.generate.client import (
     ChatClient,
@@ -28,7 +29,8 @@ from draftgen.generate.endpoints import EndpointSpec
 from draftgen.generate.errors import RunError
 from draftgen.generate.native_turn import TokenPrompt, native_turns
 from draftgen.generate.progress import ProgressDisplay, RunProgress
-from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
+from draftgen.generate.serial import SerialExecutor
 from draftgen.inputs.ingest import Conversation, Rejection
 from draftgen.inputs.mix import read_suite
 from draftgen.inputs.plan import (
@@ -115,7 +117,7 @@ class LiveGeneration:
         )
         # One thread renders prompts off the event loop, first come first served: requests leave in
         # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
-        self.render_pool = ThreadPoolExecutor(1, thread_name_prefix="draftgen-render")
+        self.render_pool = SerialExecutor("draftgen-render")
         self.rejected = open(options.out / REJECTED_NAME, "wb")
         self.seen_ids = SourceIds()
         self.display = ProgressDisplay(self.progress, interval=options.progress_interval)
@@ -127,9 +129,11 @@ class LiveGeneration:
     async def run(self) -> RunProgress:
         """Work every row, then close what the engine opened."""
         try:
-            async with self.client:
-                with self.display:
-                    await self._work()
+            # Thousands of requests in flight keep ~100,000 objects alive at once.
+            with collecting_less():
+                async with self.client:
+                    with self.display:
+                        await self._work()
         finally:
             await self.close()
         return self.progress
@@ -138,16 +142,18 @@ class LiveGeneration:
         """Close what the engine opened; the writer last, since closing waits for its commits."""
         self.rejected.close()
         self.seen_ids.close()
-        self.render_pool.shutdown(wait=False, cancel_futures=True)
+        self.render_pool.shutdown()
         await asyncio.to_thread(self.writer.close)
 
     async def _work(self) -> None:
         """The workers and the producer until every row is worked or the run stops; an API or
         store error that ends the run becomes a RunError that says how to resume."""
         signals = SignalStop(self, asyncio.get_running_loop())
-        self.workers = [asyncio.create_task(self.worker()) for _ in range(self.options.concurrency)]
+        # The producer first: it fills the queue before the workers start, so each of them takes
+        # its first row at once instead of every one of them waiting on the queue.
         self.producer = asyncio.create_task(self.produce())
         self.producer.add_done_callback(self._on_producer_done)
+        self.workers = [asyncio.create_task(self.worker()) for _ in range(self.options.concurrency)]
         signals.install()
         try:
             await asyncio.gather(*self.workers)
@@ -201,37 +207,47 @@ class LiveGeneration:
 
     async def produce(self) -> None:
         """Queue each row's turns that need requests, then one end mark per worker."""
-        for item in read_suite(self.options.suite()):
-            plans = self.admit(item)
-            if plans is None:
-                continue
-            chains = sample_chains(plans, self.options.samples)
-            if all(self.stored.holds_chain(chain) for chain in chains):
-                await self.count_stored_row(chains)
-                continue
-            await self.queue.put(plans)
-            self.display.refresh()
+        # Rows are admitted a list at a time: their ids are checked in one statement.
+        for items in _in_lists(read_suite(self.options.suite()), ROWS_PER_STATEMENT):
+            for plans in self.admit_rows(items):
+                if plans is None:
+                    continue
+                chains = sample_chains(plans, self.options.samples)
+                if all(self.stored.holds_chain(chain) for chain in chains):
+                    await self.count_stored_row(chains)
+                    continue
+                await self.queue.put(plans)
+                self.display.refresh()
         for _ in range(self.options.concurrency):
             await self.queue.put(None)
 
     def admit(self, item: Conversation | Rejection) -> list[TurnPlan] | None:
         """The row's turns if this run works them; None for a rejected row (listed) or another
         shard's row."""
-        if isinstance(item, Rejection):
-            self.reject(item)
-            return None
-        plans = plan_turns(item)
+        return self.admit_rows([item])[0]
+
+    def admit_rows(self, items: list[Conversation | Rejection]) -> list[list[TurnPlan] | None]:
+        """``admit`` of each row in turn, their ids checked in one go."""
+        planned = [(item, plan_turns(item)) for item in items if isinstance(item, Conversation)]
         # Checked on every row, whichever shard it is in, so each shard rejects the same.
-        problem = self.seen_ids.duplicate_problem(item, plans) or (
-            None if plans else NOTHING_TO_ANSWER
-        )
-        if problem:
-            self.reject(Rejection(item.input, item.line, problem))
-            return None
-        if self.options.shard is not None and not self.options.shard.holds_key(plans[0].key):
-            self.progress.total_rows -= 1  # another shard's row
-            return None
-        return plans
+        problems = iter(zip(planned, self.seen_ids.duplicate_problems(planned), strict=True))
+        admitted: list[list[TurnPlan] | None] = []
+        for item in items:
+            if isinstance(item, Rejection):
+                self.reject(item)
+                admitted.append(None)
+                continue
+            (_, plans), problem = next(problems)
+            problem = problem or (None if plans else NOTHING_TO_ANSWER)
+            if problem:
+                self.reject(Rejection(item.input, item.line, problem))
+                admitted.append(None)
+            elif self.options.shard is not None and not self.options.shard.holds_key(plans[0].key):
+                self.progress.total_rows -= 1  # another shard's row
+                admitted.append(None)
+            else:
+                admitted.append(plans)
+        return admitted
 
     def reject(self, rejection: Rejection) -> None:
         """List a rejected row in ``rejected.jsonl`` if it is this shard's, and count it."""
@@ -373,7 +389,9 @@ class LiveGeneration:
             {"messages": messages, "tools": plan.tools, "rendering": rendering.as_dict()}
         )
         if self.started is not None:
-            self.started.set()
+            # The first request sets it; the others need not take its lock again.
+            started, self.started = self.started, None
+            started.set()
         began = time.monotonic()
         try:
             completion, errors = await self.client.complete(body, self.stream)
@@ -406,9 +424,8 @@ class LiveGeneration:
         The prompt is rendered once, here, and stored with the completion: reconstruction and
         export read this record, never a new rendering.
         """
-        loop = asyncio.get_running_loop()
-        rendering = await loop.run_in_executor(
-            self.render_pool, self.renderer.render, messages, plan.tools, self.variables
+        rendering = await self.render_pool.run(
+            self.renderer.render, messages, plan.tools, self.variables
         )
         if self.native is None:
             return rendering, None
@@ -416,8 +433,26 @@ class LiveGeneration:
             reason = f"prompt_render_failed: {rendering.error}"
             await self.fail(plan, reason)
             raise GenerationFailed(reason, [])
-        prompt = await loop.run_in_executor(self.render_pool, self.native.prompt, rendering)
+        prompt = await self.render_pool.run(self.native.prompt, rendering)
         return rendering, prompt
+
+
+def _in_lists(items: Iterator, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last may be shorter); an error reading an item comes
+    after the list of the items before it."""
+    chunk: list = []
+    try:
+        for item in items:
+            chunk.append(item)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except Exception:
+        if chunk:
+            yield chunk
+        raise
+    if chunk:
+        yield chunk
 
 
 class SignalStop:

@@ -10,6 +10,7 @@ import functools
 import os
 from typing import Any
 
+from draftgen.collector import not_collecting
 from draftgen.errors import DraftgenError
 from draftgen.tokens import fast_encoder
 
@@ -46,7 +47,10 @@ def load_tokenizer(spec: str) -> Any:
             "tokenizer_config.json, a hub id (ORG/NAME), or fixture:NAME"
         )
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+        # Millions of short-lived objects (tokenizer.json read whole): collecting them as they
+        # age would cost a tenth of a second and find nothing.
+        with not_collecting():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     except Exception as exc:  # transformers raises many types; the user needs one sentence
         if _is_removed_bytes_to_unicode(exc):
             raise TokenizerLoadError(
