@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 
 import pytest
@@ -10,6 +11,7 @@ from conftest import write_prompts
 
 from draftgen.generate.pipeline import RunOptions, run
 from draftgen.generate.reconstruction import reconstruct_all
+from draftgen.reconstruct import text
 from draftgen.reconstruct.batch import PreEncodedTokenizer, reconstruct_batches
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.simulator import SimConfig, SimulatorThread
@@ -60,6 +62,8 @@ def test_batches_equal_one_at_a_time(tmp_path, monkeypatch, tokenizer):
     stored = list(store.completions())
     assert len(stored) > 50
     one_by_one = [reconstruct_sample(s, tok, profile) for s in stored]
+    reads: collections.Counter = collections.Counter()
+    monkeypatch.setattr(text, "read_completion", _counted(text.read_completion, reads))
     batched = [
         sample
         for batch in reconstruct_batches(
@@ -70,7 +74,19 @@ def test_batches_equal_one_at_a_time(tmp_path, monkeypatch, tokenizer):
     assert batched == one_by_one
     # The quirks made some samples fail verification: the comparison covered more than "ok".
     assert len({s.reason for s in one_by_one}) > 1
+    # A batch reads each completion once for all its steps (prepare, repairs, the sample).
+    assert {reads[id(s.completion), s.rendering.text] for s in stored} == {1}
     store.close()
+
+
+def _counted(read, reads):
+    """``read_completion`` that counts its calls by (completion, prompt)."""
+
+    def counted(completion, prompt_text, profile):
+        reads[id(completion), prompt_text] += 1
+        return read(completion, prompt_text, profile)
+
+    return counted
 
 
 def test_pre_encoded_tokenizer_falls_back_for_texts_not_given():
@@ -81,8 +97,9 @@ def test_pre_encoded_tokenizer_falls_back_for_texts_not_given():
     assert encode(cached, "not given") == encode(tok, "not given")
     ids = encode(cached, "café 日本 🎉")
     assert decode(cached, ids) == "café 日本 🎉"
-    ids.append(encode(tok, "!")[0])  # a changed list is decoded for real, not from the cache
-    assert decode(cached, ids) == "café 日本 🎉!"
+    # The batch's own list is handed out (callers never change ids); another is decoded for real.
+    assert encode(cached, "café 日本 🎉") is ids
+    assert decode(cached, [*ids, encode(tok, "!")[0]]) == "café 日本 🎉!"
 
 
 def test_following_reconstruction_takes_completions_stored_while_it_runs(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ the registry.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -218,13 +219,24 @@ class ModelProfile:
         """``content`` without the end-of-turn text a provider left at its end (as often as it
         repeats): the turn's own end, and a tool-call turn's where the profile has one and the
         turn makes calls, or where raw tool-call markup in content ends the turn (GLM-5)."""
-        ends = [self.end_of_turn, self.turn_end(tool_turn)]
-        if self.raw_tool_call_close:
-            ends.append(self.turn_end(True))
-        ends = [end for end in dict.fromkeys(ends) if end]
-        while (end := next((e for e in ends if content.endswith(e)), None)) is not None:
+        ends = self._turn_ends[bool(tool_turn)]
+        while content.endswith(ends):
+            end = next(e for e in ends if content.endswith(e))
             content = content[: -len(end)]
         return content
+
+    @functools.cached_property
+    def _turn_ends(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What ``strip_end_of_turn`` takes off a turn without and with tool calls (worked out
+        once per profile, not for every completion)."""
+
+        def ends(tool_turn: bool) -> tuple[str, ...]:
+            texts = [self.end_of_turn, self.turn_end(tool_turn)]
+            if self.raw_tool_call_close:
+                texts.append(self.turn_end(True))
+            return tuple(end for end in dict.fromkeys(texts) if end)
+
+        return ends(False), ends(True)
 
     def prompt_mode(self, prompt_text: str) -> str:
         """Where a rendered prompt leaves the model: ``open`` (inside the think block it opened),
@@ -340,6 +352,11 @@ class ModelProfile:
 
         Delimiters made of several special tokens (harmony's) count by each of their tokens.
         """
+        return self._special_texts
+
+    @functools.cached_property
+    def _special_texts(self) -> tuple[str, ...]:
+        # Worked out once: verification looks for them in every message of every sample.
         texts: list[str] = []
         delimiters = (
             self.think_start,

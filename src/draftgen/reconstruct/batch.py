@@ -13,9 +13,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from draftgen.collector import collecting_less
 from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import (
-    read_completion,
+    batch_reading,
     reconstruct_sample,
     renderer_for,
     repair_texts,
@@ -34,9 +35,8 @@ class PreEncodedTokenizer(tok.EncoderView):
     def __init__(self, tokenizer: Any) -> None:
         self.inner = tokenizer
         self._ids: dict[str, list[int]] = {}
-        self._texts_decoded: dict[str, str] = {}
-        # id of a list handed out -> (that list, the ids it held, their text)
-        self._decoded: dict[int, tuple[list[int], list[int], str]] = {}
+        # id of a list handed out -> (that list, its text decoded)
+        self._decoded: dict[int, tuple[list[int], str]] = {}
         self.memo: dict = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -48,20 +48,19 @@ class PreEncodedTokenizer(tok.EncoderView):
         texts = [t for t in dict.fromkeys(texts) if t not in self._ids]
         if texts:
             self._ids.update(zip(texts, tok.encode_batch(self.inner, texts), strict=True))
-        decode = [t for t in dict.fromkeys(decode) if t not in self._texts_decoded]
-        if decode:
-            decoded = tok.decode_batch(self.inner, [self._ids[t] for t in decode])
-            self._texts_decoded.update(zip(decode, decoded, strict=True))
+        lists = [self._ids[t] for t in dict.fromkeys(decode)]
+        lists = [ids for ids in lists if id(ids) not in self._decoded]
+        if lists:
+            decoded = tok.decode_batch(self.inner, lists)
+            self._decoded.update(
+                (id(ids), (ids, text)) for ids, text in zip(lists, decoded, strict=True)
+            )
 
     def encode_text(self, text: str) -> list[int]:
+        """The batch's own list, not a copy (copies were a tenth of reconstruction's Python):
+        reconstruction only reads the ids it is given and builds new lists from them."""
         ids = self._ids.get(text)
-        if ids is None:
-            return tok.encode(self.inner, text)
-        copy = list(ids)
-        decoded = self._texts_decoded.get(text)
-        if decoded is not None:
-            self._decoded[id(copy)] = (copy, ids, decoded)
-        return copy
+        return tok.encode(self.inner, text) if ids is None else ids
 
     def count_text(self, text: str) -> int:
         ids = self._ids.get(text)
@@ -69,8 +68,8 @@ class PreEncodedTokenizer(tok.EncoderView):
 
     def decode_ids(self, ids: list[int]) -> str:
         entry = self._decoded.get(id(ids))
-        if entry is not None and entry[0] is ids and ids == entry[1]:
-            return entry[2]
+        if entry is not None and entry[0] is ids:
+            return entry[1]
         return tok.decode(self.inner, ids)
 
 
@@ -96,7 +95,8 @@ def prepare(
         if rendering.ids is None:
             texts.append(rendering.text)
         if profile.segmented is None:  # a segmented family's readings are encoded piece by piece
-            readings.extend(read_completion(stored.completion, rendering.text, profile).texts)
+            reading = batch_reading(stored.completion, rendering.text, profile, cached)
+            readings.extend(reading.texts)
     return cached, texts + readings, readings
 
 
@@ -109,7 +109,12 @@ def reconstruct_batches(
     the GIL released and uses every core, so both overlap. The first batch's texts are the
     sample on which the fast encoder is proven against the tokenizer's own code.
     """
-    with ThreadPoolExecutor(1, thread_name_prefix="draftgen-encode") as encoder:
+    # A batch holds hundreds of lists of thousands of ids: at the collector's default pace,
+    # walking them (to find no cycle: ids are ints) was a fifth of reconstruction's Python.
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="draftgen-encode") as encoder,
+        collecting_less(),
+    ):
         waiting: tuple[list[StoredCompletion], PreEncodedTokenizer, Future] | None = None
         for batch in batches:
             if not batch:

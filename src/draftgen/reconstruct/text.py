@@ -159,6 +159,30 @@ def _segmented_reading(
     )
 
 
+def batch_reading(
+    completion: Completion, prompt_text: str, profile: ModelProfile, tokenizer: Any
+) -> CompletionReading:
+    """``read_completion``, read once for all the steps of a batch (``reconstruct.batch``)."""
+    return _once_per_batch(tokenizer, read_completion, completion, prompt_text, profile)
+
+
+def _once_per_batch(
+    tokenizer: Any, work: Any, completion: Completion, prompt_text: str, *args: Any
+) -> Any:
+    """``work(completion, prompt_text, *args)``, kept in a batch tokenizer's ``memo`` for the
+    batch's later steps (worked out anew for another completion or prompt)."""
+    memo = getattr(tokenizer, "memo", None) if isinstance(tokenizer, tok.EncoderView) else None
+    if memo is None:
+        return work(completion, prompt_text, *args)
+    key = (work, id(completion))
+    entry = memo.get(key)
+    if entry is not None and entry[0] is completion and entry[1] == prompt_text:
+        return entry[2]
+    result = work(completion, prompt_text, *args)
+    memo[key] = (completion, prompt_text, result)
+    return result
+
+
 def _without_prompt_overlap(prompt_text: str, head: str) -> str:
     """``head`` minus its longest beginning that the prompt already ends with."""
     for size in range(len(head), 0, -1):
@@ -255,7 +279,7 @@ def reconstruct_from_logprobs(
     if None in logprob_ids:
         return unusable("a logprob token's bytes are not one token of this tokenizer")
     prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
-    reading = read_completion(completion, prompt_text, profile)
+    reading = batch_reading(completion, prompt_text, profile, tokenizer)
     content = profile.strip_end_of_turn(completion.content or "")
     suffix = profile.turn_end(False, content) if reading.complete else ""
     tail = content + suffix
@@ -551,7 +575,7 @@ def reconstruct_from_text(
             truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
             id_source="text",
         )
-    reading = read_completion(completion, prompt_text, profile)
+    reading = batch_reading(completion, prompt_text, profile, tokenizer)
     encoded = [reading.ids(tokenizer, i) for i in range(len(reading.texts))]
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
@@ -638,19 +662,23 @@ def _repair_plan(
 ) -> list[tuple[str, str, list[tuple[str, ...]]]]:
     """Each repair with, for each of its readings, the texts its count is made of
     (``CountFrom.pieces``); worked out once per batch (``repair_texts`` lists them first)."""
-    memo = getattr(tokenizer, "memo", None) if isinstance(tokenizer, tok.EncoderView) else None
-    if memo is not None:
-        entry = memo.get(id(completion))
-        if entry is not None and entry[0] is completion and entry[1] == prompt_text:
-            return entry[2]
+    return _once_per_batch(
+        tokenizer, _plan_repairs, completion, prompt_text, profile, tokenizer, known
+    )
+
+
+def _plan_repairs(
+    completion: Completion,
+    prompt_text: str,
+    profile: ModelProfile,
+    tokenizer: Any,
+    known: list[str],
+) -> list[tuple[str, str, list[tuple[str, ...]]]]:
     counter = CountFrom(tokenizer, known)
-    plan = [
+    return [
         (lead, trail, [counter.pieces(text) for text in repaired])
         for lead, trail, repaired in whitespace_repairs(completion, prompt_text, profile)
     ]
-    if memo is not None:
-        memo[id(completion)] = (completion, prompt_text, plan)
-    return plan
 
 
 def count_from(tokenizer: Any, pieces: tuple[str, ...]) -> int:
@@ -672,7 +700,7 @@ def repair_texts(stored: StoredCompletion, tokenizer: Any, profile: ModelProfile
         prompt_text, _ = recorded_prompt(stored, tokenizer, profile)
     except RenderError:
         return []
-    texts = read_completion(completion, prompt_text, profile).texts
+    texts = batch_reading(completion, prompt_text, profile, tokenizer).texts
     if any(tok.count(tokenizer, text) == expected for text in texts):
         return []
     plan = _repair_plan(completion, prompt_text, profile, tokenizer, texts)
