@@ -23,7 +23,6 @@ from draftgen.generate.reconstruction import (
     BackgroundReconstruction,
     ReconstructionError,
 )
-from draftgen.profiles import get_profile
 from draftgen.store.database import Store
 from draftgen.tokens.tokenizer import TokenizerLoadError
 
@@ -46,10 +45,10 @@ def _samples(run: Path) -> list[tuple]:
         return db.execute("SELECT * FROM samples ORDER BY key").fetchall()
 
 
-def _profile(run: Path):
+def _profile(run: Path) -> str:
     store = Store(run)
     try:
-        return get_profile(store.meta("profile"))
+        return store.meta("profile")
     finally:
         store.close()
 
@@ -77,18 +76,39 @@ def test_the_size_decides_where_unless_the_environment_says(monkeypatch, tmp_pat
     monkeypatch.delenv(reconstruction.WHERE_ENV, raising=False)
 
     async def where(chars: int) -> str:
-        background = BackgroundReconstruction(tmp_path, TOKENIZER, get_profile("kimi-k2"), chars)
-        worker = type(background._worker).__name__
-        background._worker.stop.set()  # nothing to do: end at once
-        await background.finish()
-        return worker
+        background = BackgroundReconstruction(tmp_path, TOKENIZER, "kimi-k2", chars)
+        background.cancel()
+        return type(background._worker).__name__
 
     small, big = reconstruction.PROCESS_FROM_CHARS - 1, reconstruction.PROCESS_FROM_CHARS
-    Store(tmp_path).close()
     assert asyncio.run(where(small)) == "_ThreadWorker"
     assert asyncio.run(where(big)) == "_ProcessWorker"
     monkeypatch.setenv(reconstruction.WHERE_ENV, "thread")
     assert asyncio.run(where(big)) == "_ThreadWorker"
+
+
+@pytest.mark.parametrize("where", ["thread", "process"])
+def test_a_run_stopped_before_its_first_request_leaves_its_directory_untouched(
+    monkeypatch, tmp_path, where
+):
+    """A run refused before its first request (a held lock, other settings) cancels the
+    reconstruction it started beside it: nothing is written, no process is left."""
+    monkeypatch.setenv(reconstruction.WHERE_ENV, where)
+    run = tmp_path / "run"
+
+    async def refused() -> None:
+        background = BackgroundReconstruction(run, TOKENIZER, None, 10**9)
+        process = getattr(background._worker, "_process", None)
+        pid = process.pid if process is not None else None
+        await asyncio.sleep(0.5)
+        background.cancel()
+        if where == "process":
+            assert not _alive(pid)
+        else:
+            assert await background._worker._task == 0
+
+    asyncio.run(refused())
+    assert not run.exists()
 
 
 def test_the_process_errors_and_logs_reach_the_run(finished_run, tmp_path, caplog):
@@ -113,7 +133,7 @@ def test_the_process_ends_when_the_run_is_killed(finished_run, tmp_path):
     run = _copy_without_samples(finished_run, tmp_path / "copy")
     parent = _run_script(
         f"    b = BackgroundReconstruction(Path({str(run)!r}), {TOKENIZER!r},"
-        " get_profile('kimi-k2'), 10**9)\n"
+        " 'kimi-k2', 10**9)\n"
         "    await asyncio.sleep(2)  # the process is past its start, waiting for answers\n"
         "    print(b._worker._process.pid, flush=True)\n"
         "    await asyncio.sleep(60)\n"
@@ -138,7 +158,7 @@ def test_a_process_that_ends_without_clean_up_leaves_nothing_to_report(finished_
     run = _copy_without_samples(finished_run, tmp_path / "copy")
     parent = _run_script(
         f"    b = BackgroundReconstruction(Path({str(run)!r}), {TOKENIZER!r},"
-        " get_profile('kimi-k2'), 10**9)\n"
+        " 'kimi-k2', 10**9)\n"
         "    b.generation_started.set()\n"
         "    print(await b.finish(), flush=True)\n"
         "    os._exit(0)\n"
@@ -157,7 +177,6 @@ def _run_script(main: str) -> subprocess.Popen:
         "import asyncio, os\n"
         "from pathlib import Path\n"
         "from draftgen.generate.reconstruction import BackgroundReconstruction\n"
-        "from draftgen.profiles import get_profile\n"
         f"async def main():\n{main}"
         "asyncio.run(main())\n"
     )

@@ -331,6 +331,21 @@ async def run(options: RunOptions) -> RunSummary:
         from draftgen.generate.batch.generate import check_batch_options
 
         check_batch_options(options, settings)
+    answer_chars = (options.max_tokens or TYPICAL_ANSWER_TOKENS) * 4
+    expected_chars = count_rows(options.suite()) * options.samples * answer_chars
+    reconstruction = BackgroundReconstruction(
+        options.out, options.tokenizer, options.profile, expected_chars
+    )
+    try:
+        return await _run(options, settings, reconstruction)
+    finally:
+        reconstruction.cancel()  # a run that stopped before its first request
+
+
+async def _run(
+    options: RunOptions, settings: GenerationSettings, reconstruction: BackgroundReconstruction
+) -> RunSummary:
+    """``run`` once its reconstruction is on its way."""
     profile = run_profile(options)
     store = Store(options.out)
     lock = RunLock(options.out)
@@ -353,15 +368,11 @@ async def run(options: RunOptions) -> RunSummary:
                     f"environment variable {options.api_key_env} is not set; export your API key "
                     "in it or name another one with --api-key-env"
                 )
-        planned = await before_first_request(options, store, base_url, api_key, simulator)
+        await before_first_request(options, store, base_url, api_key, simulator)
         store.set_meta("tokenizer", options.tokenizer)
         store.set_meta("profile", profile.name)
         if options.profile is None:
             store.set_meta(DETECTED_PROFILE, profile.name)
-        answer_chars = (options.max_tokens or TYPICAL_ANSWER_TOKENS) * 4
-        reconstruction = BackgroundReconstruction(
-            options.out, options.tokenizer, profile, planned.requests * answer_chars
-        )
         try:
             generate = _generate
             if options.batch:  # the one place batch mode plugs in: the generation step

@@ -28,6 +28,7 @@ from draftgen.reconstruct.text import strips_are_invisible
 from draftgen.reconstruct.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
 from draftgen.store.database import Store
 from draftgen.tokens import fast_encoder
+from draftgen.tokens.rendering import tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer
 
 # A run that will encode this many characters or more reconstructs in a process of its own: the
@@ -107,17 +108,23 @@ def reconstruct_pending(store: Store) -> int:
 def _follow_run(
     run_dir: Path,
     tokenizer_spec: str,
-    profile: ModelProfile,
+    profile_name: str | None,
     expected_chars: int,
     started,
     done,
     stop,
 ) -> int:
-    """``reconstruct_all`` over the run directory's store until ``done`` (``threading.Event``s)."""
+    """``reconstruct_all`` over the run directory's store until ``done`` (``threading.Event``s).
+
+    Nothing touches the run directory before ``started``: a run refused before its first
+    request (a held lock, other settings) ends this unseen. The profile is the run's: named, or
+    detected from the same tokenizer by the same code.
+    """
     # A run this size pays for the fast encoder's slow load: it is done while the first answers
     # are awaited, not after them.
     fast_encoder.expect(load_tokenizer(tokenizer_spec), expected_chars)
     started.wait()
+    profile = tokenizer_profile(tokenizer_spec, profile_name)
     store = Store(run_dir)
     try:
         return reconstruct_all(store, tokenizer_spec, profile, follow=done, stop=stop)
@@ -131,15 +138,23 @@ class BackgroundReconstruction:
     Its own connection reads what the writer commits. ``expected_chars`` is about what the run
     will encode: from ``PROCESS_FROM_CHARS`` on, reconstruction runs in a process of its own
     (``WHERE_ENV`` overrides), else in a thread, where the Rust encoder still releases the GIL.
+    ``profile_name`` is the run's ``--profile`` (None: detected from the tokenizer).
+
+    Made as a run starts, the process loads the tokenizer and fastokens on a core the run's own
+    start leaves idle; ``cancel`` ends it, unseen, if the run stops before its first request.
     """
 
     def __init__(
-        self, run_dir: Path, tokenizer_spec: str, profile: ModelProfile, expected_chars: int = 0
+        self,
+        run_dir: Path,
+        tokenizer_spec: str,
+        profile_name: str | None,
+        expected_chars: int = 0,
     ) -> None:
         where = os.environ.get(WHERE_ENV) or (
             "process" if expected_chars >= PROCESS_FROM_CHARS else "thread"
         )
-        args = (run_dir, tokenizer_spec, profile, expected_chars)
+        args = (run_dir, tokenizer_spec, profile_name, expected_chars)
         if where == "process":
             self._worker: _ThreadWorker | _ProcessWorker = _ProcessWorker(*args)
         else:
@@ -152,25 +167,44 @@ class BackgroundReconstruction:
         the samples made."""
         return await self._worker.finish(interrupted)
 
+    def cancel(self) -> None:
+        """End the reconstruction without a word if generation never started (nothing was
+        touched); after ``finish``, nothing to do."""
+        self._worker.cancel()
+
 
 class _ThreadWorker:
     """The reconstruction in a thread of this process."""
 
-    def __init__(self, run_dir, tokenizer_spec, profile, expected_chars) -> None:
+    def __init__(self, run_dir, tokenizer_spec, profile_name, expected_chars) -> None:
         self.started = threading.Event()
         self.done = threading.Event()
         self.stop = threading.Event()
+        self.cancelled = False
         self._task = asyncio.ensure_future(
-            asyncio.to_thread(self._run, run_dir, tokenizer_spec, profile, expected_chars)
+            asyncio.to_thread(self._run, run_dir, tokenizer_spec, profile_name, expected_chars)
         )
 
-    def _run(self, run_dir, tokenizer_spec, profile, expected_chars) -> int:
+    def _run(self, run_dir, tokenizer_spec, profile_name, expected_chars) -> int:
         # Waiting for the first request keeps the tokenizer's load (GIL-bound imports) off a
         # resume's way to its first missing turn.
         self.started.wait()
+        if self.cancelled:
+            return 0
         return _follow_run(
-            run_dir, tokenizer_spec, profile, expected_chars, self.started, self.done, self.stop
+            run_dir,
+            tokenizer_spec,
+            profile_name,
+            expected_chars,
+            self.started,
+            self.done,
+            self.stop,
         )
+
+    def cancel(self) -> None:
+        if not self.started.is_set():
+            self.cancelled = True
+            self.started.set()
 
     async def finish(self, interrupted: bool) -> int:
         if interrupted:
@@ -192,7 +226,7 @@ class _ProcessWorker:
     side learns the other's death as the end of the pipe it reads.
     """
 
-    def __init__(self, run_dir, tokenizer_spec, profile, expected_chars) -> None:
+    def __init__(self, run_dir, tokenizer_spec, profile_name, expected_chars) -> None:
         context = multiprocessing.get_context("spawn")
         child_controls, self._controls = context.Pipe(duplex=False)
         self._reports, child_reports = context.Pipe(duplex=False)
@@ -201,6 +235,7 @@ class _ProcessWorker:
         self.done = _SentEvent("done", controls)
         self.stop = _SentEvent("stop", controls)
         self._outcome: tuple[str, object] | None = None
+        self._closed = False
         self._relay = threading.Thread(
             target=self._relay_reports, name="draftgen-reconstruct-reports", daemon=True
         )
@@ -210,7 +245,7 @@ class _ProcessWorker:
             args=(
                 run_dir,
                 tokenizer_spec,
-                profile.name,
+                profile_name,
                 expected_chars,
                 child_controls,
                 child_reports,
@@ -252,10 +287,7 @@ class _ProcessWorker:
         self._relay.join()
         self._process.join()
         exitcode = self._process.exitcode
-        # Closed only now: the child takes the end of ``controls`` for its parent's death.
-        self._controls.close()
-        self._reports.close()
-        self._process.close()
+        self._close()
         if self._outcome is None:
             raise ReconstructionError(
                 f"the reconstruction process ended with exit code {exitcode} before it was "
@@ -266,6 +298,26 @@ class _ProcessWorker:
         if kind == "error":
             raise value
         return value
+
+    def _close(self) -> None:
+        # Closed only once the child is done: it takes the end of ``controls`` for this
+        # process's death.
+        self._controls.close()
+        self._reports.close()
+        self._process.close()
+        self._closed = True
+
+    def cancel(self) -> None:
+        if self._closed or self.started.is_set():
+            return  # finished, or finish()'s to end
+        # It opened nothing of the run's: no need to wait for its imports to end.
+        self._controls.close()
+        self._process.kill()
+        self._relay.join()
+        self._process.join()
+        self._reports.close()
+        self._process.close()
+        self._closed = True
 
 
 class _Sender:
@@ -333,8 +385,7 @@ def _child_main(
     root.setLevel(level)
     root.propagate = False
     try:
-        profile = get_profile(profile_name)
-        made = _follow_run(run_dir, tokenizer_spec, profile, expected_chars, **events)
+        made = _follow_run(run_dir, tokenizer_spec, profile_name, expected_chars, **events)
     except BaseException as exc:  # noqa: BLE001 - every error is the parent's to raise
         sender.send(("error", _picklable(exc)))
     else:
