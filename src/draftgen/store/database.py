@@ -169,11 +169,38 @@ class StoreError(DraftgenError, RuntimeError):
     """The run directory cannot be used as asked; the message says what to do."""
 
 
+LOCK_WAIT = 30.0  # seconds a connection waits for another's lock before it gives up
+
+
 def connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    connection = sqlite3.connect(
+        path, timeout=LOCK_WAIT, isolation_level=None, check_same_thread=False
+    )
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     return connection
+
+
+def begin_immediate(db: sqlite3.Connection) -> None:
+    """Take the write lock (``BEGIN IMMEDIATE``), trying again every millisecond.
+
+    SQLite's own busy handler sleeps the longer it has waited, up to 100 ms a try: the run's
+    writer and its reconstruction (another process) take turns at the lock many times a
+    second, and each spent most of its waits asleep after the lock was free.
+    """
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.001)
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT * 1000)}")
 
 
 class Store:
@@ -324,8 +351,9 @@ class Store:
         self.db.execute("DELETE FROM samples")
 
     def add_samples(self, samples: list[TokenSample]) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-        self.db.executemany(INSERT_SAMPLE, [sample_row(s) for s in samples])
+        rows = [sample_row(s) for s in samples]  # made before the lock is taken
+        begin_immediate(self.db)
+        self.db.executemany(INSERT_SAMPLE, rows)
         self.db.execute("COMMIT")
 
     def providers_with_reason(self, reason: str) -> set[str]:
@@ -361,7 +389,7 @@ class Store:
 
     def flag_samples(self, flags: list[tuple[str, str, str]]) -> None:
         """Mark samples unverified: (key, reason, detail)."""
-        self.db.execute("BEGIN IMMEDIATE")
+        begin_immediate(self.db)
         self.db.executemany(
             "UPDATE samples SET verified = 0, reason = ?, detail = ? WHERE key = ?",
             [(reason, detail, key) for key, reason, detail in flags],
@@ -985,7 +1013,7 @@ class CompletionWriter:
                     break
                 batch.append(nxt)
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                begin_immediate(self._db)
                 for statements, _ in batch:
                     for sql, params in statements:
                         self._db.execute(sql, params)
