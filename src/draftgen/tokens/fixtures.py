@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from draftgen.profiles import FIXTURES
 from draftgen.profiles.fixture import CopiedFixture, FixtureSpec, QwenBpeFixture, RemoteCodeFixture
+from draftgen.tokens.tokenizer_cache import cache_root
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -84,9 +85,7 @@ def build_fixture(name: str, cache_dir: Path | None = None) -> Path:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("DRAFTGEN_CACHE")
-    root = Path(base) if base else Path.home() / ".cache" / "draftgen"
-    return root / "fixtures"
+    return cache_root() / "fixtures"
 
 
 def _is_built(path: Path) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 from draftgen.collector import not_collecting
 from draftgen.errors import DraftgenError
 from draftgen.tokens import fast_encoder
+from draftgen.tokens.tokenizer_cache import cached_load
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -30,16 +31,11 @@ def load_tokenizer(spec: str) -> Any:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    path = spec
-    if spec.startswith(FIXTURE_PREFIX):
-        from draftgen.tokens.fixtures import build_fixture
-
-        try:
-            path = str(build_fixture(spec[len(FIXTURE_PREFIX) :]))
-        except ValueError as exc:  # an unknown name: the message lists the fixtures
-            raise TokenizerLoadError(str(exc)) from None
-    elif not os.path.isdir(spec) and (
-        spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec)
+    path = tokenizer_directory(spec) or spec
+    if (
+        not spec.startswith(FIXTURE_PREFIX)
+        and not os.path.isdir(spec)
+        and (spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec))
     ):
         # A path, not a hub id (ORG/NAME): say so instead of the hub's complaint about its form.
         raise TokenizerLoadError(
@@ -50,7 +46,7 @@ def load_tokenizer(spec: str) -> Any:
         # Millions of short-lived objects (tokenizer.json read whole): collecting them as they
         # age would cost a tenth of a second and find nothing.
         with not_collecting():
-            tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+            tokenizer = _from_pretrained(path)
     except Exception as exc:  # transformers raises many types; the user needs one sentence
         if _is_removed_bytes_to_unicode(exc):
             raise TokenizerLoadError(
@@ -72,6 +68,30 @@ def load_tokenizer(spec: str) -> Any:
             "(or the model's encoding/encoding_*.py chat encoder beside it)"
         )
     return tokenizer
+
+
+def _from_pretrained(path: str) -> Any:
+    import transformers
+
+    def load() -> Any:
+        return transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+
+    if not os.path.isdir(path):
+        return load()  # a hub id
+    return cached_load(path, load)
+
+
+def tokenizer_directory(spec: str) -> str | None:
+    """The local directory ``spec`` names (a fixture is built first); None for a hub id or
+    anything that is not a directory."""
+    if spec.startswith(FIXTURE_PREFIX):
+        from draftgen.tokens.fixtures import build_fixture
+
+        try:
+            return str(build_fixture(spec[len(FIXTURE_PREFIX) :]))
+        except ValueError as exc:  # an unknown name: the message lists the fixtures
+            raise TokenizerLoadError(str(exc)) from None
+    return spec if os.path.isdir(spec) else None
 
 
 def _is_removed_bytes_to_unicode(exc: BaseException) -> bool:
