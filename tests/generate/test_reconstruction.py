@@ -197,3 +197,31 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_failed_write_of_samples_stops_reconstruction_and_keeps_what_was_written(
+    finished_run, tmp_path, monkeypatch
+):
+    """Samples are written a batch behind, in a thread: a write that fails is raised by the
+    next batch's, and the batches written before it stay."""
+    from draftgen.profiles import get_profile
+    from draftgen.store.database import StoreError
+
+    run = _copy_without_samples(finished_run, tmp_path / "copy")
+    writes = []
+    real = Store.add_samples
+
+    def add_samples(self, samples):
+        writes.append(len(samples))
+        if len(writes) == 2:
+            raise StoreError("disk full")
+        real(self, samples)
+
+    monkeypatch.setattr(Store, "add_samples", add_samples)
+    store = Store(run)
+    try:
+        with pytest.raises(StoreError, match="disk full"):
+            reconstruction.reconstruct_all(store, TOKENIZER, get_profile(_profile(run)), batch=8)
+    finally:
+        store.close()
+    assert len(_samples(run)) == writes[0] == 8

@@ -18,6 +18,7 @@ import os
 import pickle
 import signal
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from draftgen import __version__
@@ -62,13 +63,51 @@ def reconstruct_all(
         store.set_meta("reconstruction", fingerprint)
     tokenizer = load_tokenizer(tokenizer_spec)
     made = 0
-    # Batches are read, encoded on every core and written in turn: memory holds two batches.
+    # Batches are read, encoded on every core, reconstructed and written in turn; a batch's
+    # samples are written by a thread of their own while the next batch is reconstructed
+    # (SQLite releases the GIL while it writes): memory holds four batches.
     pending = store.pending_completions(batch, follow=follow, stop=stop)
-    for samples in reconstruct_batches(pending, tokenizer, profile):
-        store.add_samples(samples)
-        made += len(samples)
+    with SampleWriter(store.run_dir) as writer:
+        for samples in reconstruct_batches(pending, tokenizer, profile):
+            writer.add(samples)
+            made += len(samples)
     flag_invisible_strips(store, tokenizer, profile)
     return made
+
+
+class SampleWriter:
+    """Writes batches of samples in a thread, on a connection of its own, one batch behind.
+
+    A write's error is raised by the next ``add`` or on leaving the ``with`` block, which waits
+    for the last batch to be written.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self._store = Store(run_dir, create=False)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="draftgen-samples")
+        self._writing: Future | None = None
+
+    def add(self, samples: list) -> None:
+        self._wait()
+        self._writing = self._pool.submit(self._store.add_samples, samples)
+
+    def _wait(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
+
+    def __enter__(self) -> SampleWriter:
+        return self
+
+    def __exit__(self, exc_type: type | None, *_: object) -> None:
+        try:
+            if exc_type is None:
+                self._wait()
+            elif self._writing is not None:
+                self._writing.exception()  # written or not: the error on its way is the one
+        finally:
+            self._pool.shutdown()
+            self._store.close()
 
 
 def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int:
