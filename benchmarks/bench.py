@@ -102,7 +102,15 @@ class Measure:
 def measure(
     name: str, argv: list[str], env: dict | None = None, cwd: Path | None = None
 ) -> Measure:
-    """Run ``argv`` to completion; its tree's peak RSS is sampled every 20 ms."""
+    """Run ``argv`` to completion; its tree's peak RSS is sampled every 20 ms.
+
+    Each starts with no dirty page left by an earlier pipeline (``os.sync``): a run or an
+    export writes hundreds of MB, and the kernel writing them back, or slowing a writer while
+    they wait, made the next pipeline measured here up to ~2 s and a second of system CPU
+    slower (four runs of the same draftgen run in a row, each kept: 7.2 s, 7.9 s, 8.7 s, 9.3 s).
+    What a pipeline writes itself is still counted in its own time.
+    """
+    os.sync()
     started = time.perf_counter()
     # Files, not pipes: a chatty child must never block on a full pipe while it is timed.
     output = tempfile.TemporaryFile()
