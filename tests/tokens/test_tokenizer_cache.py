@@ -146,3 +146,26 @@ def test_the_cache_can_be_off_or_unwritable(cache, monkeypatch):
     cache.write_text("a file where the directory goes")
     assert cached_load(load.directory, load) is not None
     assert load.count == 3
+
+
+def test_remote_code_of_another_directory_is_not_taken_for_this_ones(cache, tmp_path, monkeypatch):
+    """transformers copies a directory's code under the directory's name: a kept Kimi class is
+    used only while that copy is the directory's own code."""
+    load = Loads(build_fixture("kimi-k2.5-remote"))
+    fresh = cached_load(load.directory, load)
+    module_file = Path(sys.modules[type(fresh).__module__].__file__)
+    assert (Path(load.directory) / module_file.name).read_bytes() == module_file.read_bytes()
+    assert cached_load(load.directory, load) is not fresh and load.count == 1
+    monkeypatch.setattr(Path, "read_bytes", _other_code_at(module_file))
+    cached_load(load.directory, load)
+    assert load.count == 2
+
+
+def _other_code_at(path: Path):
+    real = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        data = real(self)
+        return data + b"# another directory's code\n" if self == path else data
+
+    return read_bytes

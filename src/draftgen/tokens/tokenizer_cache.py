@@ -57,7 +57,7 @@ def cached_load(directory: str, load: Callable[[], Any]) -> Any:
     entry = cache_root() / "tokenizers" / f"{_hash(os.path.realpath(directory))}.pickle"
     header = FORMAT + b" " + key + b"\n"
     tokenizer = _read(entry, header)
-    if tokenizer is not None:
+    if tokenizer is not None and _same_remote_code(tokenizer, directory):
         return tokenizer
     tokenizer = load()
     _write(entry, header, tokenizer)
@@ -107,6 +107,20 @@ def _read(entry: Path, header: bytes) -> Any:
     except Exception as exc:  # noqa: BLE001 - any bad entry is loaded afresh and replaced
         _log.debug("tokenizer cache entry %s not used: %s", entry, exc)
         return None
+
+
+def _same_remote_code(tokenizer: Any, directory: str) -> bool:
+    """Whether an unpickled remote-code class is the directory's own code: ``transformers``
+    copies it into its modules directory, under the directory's name (and, in recent releases,
+    a hash of the code), where another directory of the same name may have put other code."""
+    module = sys.modules.get(type(tokenizer).__module__)
+    if module is None or not module.__name__.startswith("transformers_modules."):
+        return True
+    try:
+        copied = Path(module.__file__)
+        return copied.read_bytes() == (Path(directory) / copied.name).read_bytes()
+    except (OSError, TypeError):
+        return False
 
 
 def _write(entry: Path, header: bytes, tokenizer: Any) -> None:
