@@ -126,6 +126,22 @@ def test_byte_level_vocabularies_decode_by_table(name):
     for text in fast_encoder.adversarial_texts(tokenizer):
         ids = reference_encode(tokenizer, text)
         assert fastokens[0].table.decode(ids) == reference_decode(tokenizer, ids)
+    for ids in ([], reference_encode(tokenizer, "é")[:1]):
+        assert fastokens[0].table.decode(ids) == reference_decode(tokenizer, ids)
+
+
+def test_a_byte_table_joins_bytes_and_refuses_an_id_it_lacks():
+    """One id, none, a character cut between ids; an id without bytes raises, so the caller
+    decodes it natively."""
+    table = fast_encoder.ByteTable([b"a", "é".encode(), None, b"\xe2\x82", b"\xac"])
+    assert table.decode([]) == ""
+    assert table.decode([1]) == "é"
+    assert table.decode([0, 1, 0]) == "aéa"
+    assert table.decode([3, 4]) == "€"
+    assert table.decode([3]) == b"\xe2\x82".decode("utf-8", "replace")
+    for ids in ([0, 2], [2]):
+        with pytest.raises(TypeError):
+            table.decode(ids)
 
 
 def _spellings(name: str) -> list[str]:
@@ -412,7 +428,8 @@ def test_every_sample_failing_costs_at_most_twice_every_sample_verifying():
 
     A failing sample tries 15 whitespace repairs; their texts go to the encoder in one batch
     and only the span between special tokens that changes is encoded, so the encoder does
-    ~1.3x the work. Reconstruction alone takes ~3x the CPU (the repairs' Python), a small
+    ~1.3x the work. Reconstruction alone takes ~4-4.5x the CPU (the repairs' Python; the
+    ratio rose from ~3x when verifying's decode got a quarter cheaper), a small
     part of what a run spends per sample (HTTP, storage, export): bench.py measures the whole
     run, every sample failing against every sample verifying (docs/performance.md).
     """
@@ -450,7 +467,7 @@ def test_every_sample_failing_costs_at_most_twice_every_sample_verifying():
     cpu = figures["fail"][1] / min(figures["verify"][1], figures["verify again"][1])
     print(f"failing / verifying: {chars:.2f}x the characters encoded, {cpu:.2f}x the CPU time")
     assert chars <= 2.0, figures
-    assert cpu <= 4.0, figures  # a bound against regressions, with room for a noisy machine
+    assert cpu <= 5.0, figures  # a bound against regressions, with room for a noisy machine
 
 
 @settings(max_examples=300, deadline=None, database=None)
