@@ -31,22 +31,25 @@ def load_tokenizer(spec: str) -> Any:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    path = tokenizer_directory(spec) or spec
-    if (
-        not spec.startswith(FIXTURE_PREFIX)
-        and not os.path.isdir(spec)
-        and (spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec))
+    directory = tokenizer_directory(spec)
+    if directory is None and (
+        spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec)
     ):
         # A path, not a hub id (ORG/NAME): say so instead of the hub's complaint about its form.
         raise TokenizerLoadError(
             f"tokenizer {spec!r} is not a directory; pass the directory holding the target's "
             "tokenizer_config.json, a hub id (ORG/NAME), or fixture:NAME"
         )
+
+    def load() -> Any:
+        return transformers.AutoTokenizer.from_pretrained(directory or spec, trust_remote_code=True)
+
     try:
         # Millions of short-lived objects (tokenizer.json read whole): collecting them as they
         # age would cost a tenth of a second and find nothing.
         with not_collecting():
-            tokenizer = _from_pretrained(path)
+            # A local directory's tokenizer is kept for the next process (``tokenizer_cache``).
+            tokenizer = load() if directory is None else cached_load(directory, load)
     except Exception as exc:  # transformers raises many types; the user needs one sentence
         if _is_removed_bytes_to_unicode(exc):
             raise TokenizerLoadError(
@@ -68,17 +71,6 @@ def load_tokenizer(spec: str) -> Any:
             "(or the model's encoding/encoding_*.py chat encoder beside it)"
         )
     return tokenizer
-
-
-def _from_pretrained(path: str) -> Any:
-    import transformers
-
-    def load() -> Any:
-        return transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-
-    if not os.path.isdir(path):
-        return load()  # a hub id
-    return cached_load(path, load)
 
 
 def tokenizer_directory(spec: str) -> str | None:
