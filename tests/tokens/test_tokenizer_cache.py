@@ -124,6 +124,21 @@ def test_a_changed_directory_is_loaded_afresh(cache, tmp_path):
     assert len(list(cache.iterdir())) == 1
 
 
+def test_another_spelling_of_the_directory_is_loaded_afresh(cache, tmp_path, monkeypatch):
+    """The tokenizer keeps the path it was loaded from (``name_or_path``), which draftgen reads
+    its files by: a kept one is used only for the same spelling."""
+    directory = tmp_path / "tokenizer"
+    shutil.copytree(build_fixture(SMALL), directory)
+    monkeypatch.chdir(tmp_path)
+    load = Loads(directory)
+    assert cached_load(str(directory), load).name_or_path == str(directory)
+    load.directory = "tokenizer"
+    assert cached_load("tokenizer", load).name_or_path == "tokenizer"
+    assert load.count == 2
+    assert cached_load("tokenizer", load).name_or_path == "tokenizer"
+    assert load.count == 2
+
+
 def test_a_bad_entry_is_loaded_afresh_and_replaced(cache):
     load = Loads(build_fixture(SMALL))
     cached_load(load.directory, load)

@@ -7,13 +7,14 @@ export and resume. Unpickling the object it built takes a third of that (0.38 s)
 same object: its class, its Rust tokenizer (pickled as its own JSON), its template, its added
 tokens. The tokenizer stays the judge of every id; this only skips building it again.
 
-An entry is keyed by the directory's real path, every file under it (relative path, size,
-modification time), the Python, ``transformers``, ``tokenizers`` and ``tiktoken`` versions:
-any change loads afresh and replaces the entry. Only local directories are kept (a fixture, a
-model directory); a hub id loads as before. Anything wrong with an entry (unreadable, from
-another key, failing to unpickle) also loads afresh. ``DRAFTGEN_TOKENIZER_CACHE=off`` turns the
-cache off. The entries are the user's own files under ``$DRAFTGEN_CACHE`` (``~/.cache/draftgen``),
-as trusted as the tokenizer's own code, which ``trust_remote_code`` runs anyway.
+An entry is keyed by the directory's path (as given, and real), every file under it (relative
+path, size, modification time), the Python, ``transformers``, ``tokenizers`` and ``tiktoken``
+versions: any change loads afresh and replaces the entry. Only local directories are kept (a
+fixture, a model directory); a hub id loads as before. Anything wrong with an entry (unreadable,
+from another key, failing to unpickle) also loads afresh. ``DRAFTGEN_TOKENIZER_CACHE=off`` turns
+the cache off. The entries are the user's own files under ``$DRAFTGEN_CACHE``
+(``~/.cache/draftgen``), as trusted as the tokenizer's own code, which ``trust_remote_code`` runs
+anyway.
 """
 
 from __future__ import annotations
@@ -65,8 +66,11 @@ def cached_load(directory: str, load: Callable[[], Any]) -> Any:
 
 
 def directory_key(directory: str) -> bytes:
-    """What a tokenizer loaded from ``directory`` depends on, hashed (hex)."""
-    parts = [sys.version, *(f"{p}={_version(p)}" for p in PACKAGES), os.path.realpath(directory)]
+    """What a tokenizer loaded from ``directory`` depends on, hashed (hex). The path as given
+    is part of it: the tokenizer keeps it (``name_or_path``, which draftgen reads its files by),
+    so another spelling of the same directory loads afresh."""
+    versions = [f"{p}={_version(p)}" for p in PACKAGES]
+    parts = [sys.version, *versions, directory, os.path.realpath(directory)]
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .git, .cache: not read
         if len(parts) + len(files) > MAX_FILES:
