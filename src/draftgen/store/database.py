@@ -321,8 +321,8 @@ class Store:
         )
         after = 0
         # Keys of the last batches handed out: their samples may not be written yet when the
-        # last pass starts over, and must not be handed out twice (``reconstruct_all``: one
-        # being encoded, one reconstructed, one written).
+        # last pass starts over, and must not be handed out twice (``reconstruct_all`` holds up
+        # to three unwritten: one being encoded, one reconstructed, one being written).
         recent: collections.deque[set[str]] = collections.deque(maxlen=4)
         last_pass = False
         while stop is None or not stop.is_set():
