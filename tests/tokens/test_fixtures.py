@@ -937,14 +937,8 @@ PARSED_TOOL_CONVERSATION = [
             "</invoke>\n</minimax:tool_call>[e~[\n]~b]tool\n<response>18C</response>[e~[\n"
             "]~b]ai\n<think>\n",
         ),
-        (
-            "gpt-oss",
-            "<|start|>assistant<|channel|>analysis<|message|>need tool<|end|>"
-            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
-            '{"city": "Paris", "days": 2}<|call|><|start|>functions.get_weather to=assistant'
-            # The tool result goes through tojson, as in gpt-oss's template.
-            '<|channel|>commentary<|message|>"18C"<|end|><|start|>assistant',
-        ),
+        # gpt-oss is rendered by openai-harmony, which takes arguments as JSON text only:
+        # tests/tokens/test_harmony.py.
     ],
 )
 def test_new_family_tool_history(tokenizers, name, history):

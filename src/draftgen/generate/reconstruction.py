@@ -25,11 +25,16 @@ from draftgen import __version__
 from draftgen.errors import DraftgenError
 from draftgen.profiles import ModelProfile, get_profile
 from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.text import strips_are_invisible
-from draftgen.reconstruct.verify import PROVIDER_STRIPS_WHITESPACE, WHITESPACE_ALTERED
+from draftgen.reconstruct.verify import (
+    PROMPT_RENDERER_UNPROVEN,
+    PROVIDER_STRIPS_WHITESPACE,
+    WHITESPACE_ALTERED,
+)
 from draftgen.store.database import Store
 from draftgen.tokens import fast_encoder
-from draftgen.tokens.rendering import tokenizer_profile
+from draftgen.tokens.rendering import template_renderer, tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer
 
 # A run that will encode this many characters or more reconstructs in a process of its own: the
@@ -72,6 +77,7 @@ def reconstruct_all(
             writer.add(samples)
             made += len(samples)
     flag_invisible_strips(store, tokenizer, profile)
+    flag_unproven_renderers(store, tokenizer, profile)
     return made
 
 
@@ -130,6 +136,23 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
         (key, PROVIDER_STRIPS_WHITESPACE, detail)
         for key, hidden in zip(keys, invisible, strict=True)
         if hidden
+    ]
+    if flags:
+        store.flag_samples(flags)
+    return len(flags)
+
+
+def flag_unproven_renderers(store: Store, tokenizer, profile: ModelProfile) -> int:
+    """Unverify samples whose prompt the published chat template renders to other ids at the
+    same count, served by a provider not yet shown to render as the engine does (gpt-oss)."""
+    template = template_renderer(tokenizer, profile)
+    if template is None:
+        return 0
+    flags = [
+        (key, PROMPT_RENDERER_UNPROVEN, detail)
+        for key, detail in unproven_renderings(
+            store.text_path_prompts(), template, profile.prompt_renderer
+        )
     ]
     if flags:
         store.flag_samples(flags)

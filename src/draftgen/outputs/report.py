@@ -110,7 +110,11 @@ REASON_MEANINGS: dict[str, tuple[str, str]] = {
         "the-checks",
     ),
     "content_filter": ("the provider filtered the answer", "the-checks"),
-    "prompt_render_failed": ("the chat template could not render the prompt", "prompt-ids"),
+    "prompt_render_failed": (
+        "the chat template, encoder or harmony could not render the prompt, or the engine "
+        "refuses it (gpt-oss: an effort other than low, medium or high)",
+        "prompt-ids",
+    ),
     "prompt_mode_unproven": (
         "thinking on and off render prompts of the same length, and the answer does not show "
         "which one the server used",
@@ -119,6 +123,11 @@ REASON_MEANINGS: dict[str, tuple[str, str]] = {
     "prompt_date_unproven": (
         "the template stamps the date and the request crossed midnight (UTC)",
         "template-variables-and-what-is-proven",
+    ),
+    "prompt_renderer_unproven": (
+        "the published chat template renders this prompt to other ids at the same count as the "
+        "engine's renderer, and this provider has not shown which one it uses",
+        "renderer-parity",
     ),
 }
 

@@ -158,6 +158,13 @@ class ModelProfile:
     # Efforts servers map otherwise than to the nearest accepted one, as (effort, accepted) pairs
     # (vLLM's DeepSeek-V4 wrapper sends ``xhigh`` as ``max``).
     effort_map: tuple[tuple[str, str], ...] = ()
+    # Whether the engine refuses efforts outside ``efforts`` instead of mapping them (vLLM's
+    # harmony path refuses "none" and "minimal"): they are passed as given, for the renderer to
+    # refuse as the engine does, and the sample is never verified on a guessed mapping.
+    efforts_strict: bool = False
+    # What renders the prompt when it is not the tokenizer's chat template, encoder or class:
+    # "harmony" (vLLM renders gpt-oss with openai-harmony, draftgen.tokens.harmony).
+    prompt_renderer: str = ""
     # Whether the template takes tool-call arguments as the JSON text (DeepSeek-V3.1 concatenates
     # it) instead of the parsed object vLLM and SGLang hand to every other family's template.
     tool_arguments_as_text: bool = False
@@ -196,7 +203,9 @@ class ModelProfile:
         variables: dict = {}
         if self.thinking_variable:
             variables[self.thinking_variable] = self.thinking_values[0 if thinking else 1]
-        if self.effort_variable and thinking and isinstance(effort, str):
+        if self.effort_variable and self.efforts_strict and isinstance(effort, str):
+            variables[self.effort_variable] = effort
+        elif self.effort_variable and thinking and isinstance(effort, str):
             variables[self.effort_variable] = self.accepted_effort(effort)
         return variables
 

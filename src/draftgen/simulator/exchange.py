@@ -40,6 +40,9 @@ class ChatRequest:
     want_prompt_ids: bool = False
     want_completion_ids: bool = False
     want_logprobs: bool = False
+    # The prompt as the published chat template renders it, where the engine renders otherwise
+    # and the template_renderer quirk is on (None: the same, or not asked).
+    template_prompt: RenderedPrompt | None = None
 
 
 def seeded_rng(*parts: object) -> random.Random:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 import json
 import random
@@ -48,7 +49,7 @@ from draftgen.simulator.model import (
     prompt_layout,
     token_table,
 )
-from draftgen.tokens.rendering import ChatRenderer, tokenizer_profile
+from draftgen.tokens.rendering import ChatRenderer, template_renderer, tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer
 
 API_PREFIX = "/api/v1"
@@ -83,6 +84,12 @@ class Simulator:
         # A server renders as draftgen does (both follow vLLM): the model's own template,
         # arguments parsed, the template variables the request sets, the server's clock.
         self.renderer = ChatRenderer(self.tokenizer, self.profile)
+        # The template_renderer quirk's provider renders the published template instead.
+        self.template_renderer = (
+            template_renderer(self.tokenizer, self.profile)
+            if config.quirks.get("template_renderer", 0) > 0
+            else None
+        )
         self.truth: dict[str, dict] = {}
         self.stats: collections.Counter = collections.Counter()
         self.attempts: collections.Counter = collections.Counter()
@@ -106,23 +113,31 @@ class Simulator:
     # -- prompt ---------------------------------------------------------------------------
 
     def render(
-        self, messages: list, tools: list | None, template_kwargs: dict | None = None
+        self,
+        messages: list,
+        tools: list | None,
+        template_kwargs: dict | None = None,
+        renderer: ChatRenderer | None = None,
     ) -> RenderedPrompt:
+        renderer = renderer or self.renderer
         key = hashlib.blake2b(
-            orjson.dumps([messages, tools, template_kwargs], option=orjson.OPT_SORT_KEYS),
+            orjson.dumps(
+                [messages, tools, template_kwargs, renderer is self.renderer],
+                option=orjson.OPT_SORT_KEYS,
+            ),
             digest_size=16,
         ).digest()
         cached = self._prompts.get(key)
         if cached is not None:
             self._prompts.move_to_end(key)
             return cached
-        rendering = self.renderer.render(messages, tools, template_kwargs)
+        rendering = renderer.render(messages, tools, template_kwargs)
         if rendering.error:
             raise ValueError(rendering.error)
         text = rendering.text
         prompt = RenderedPrompt(
             text=text,
-            ids=self.renderer.prompt_ids(rendering),
+            ids=renderer.prompt_ids(rendering),
             sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             layout=prompt_layout(text, self.profile),
         )
@@ -180,6 +195,11 @@ class Simulator:
         if self._stripping:
             strips = "strip_whitespace" in req.quirks
             preferred = [p for p in allowed if (p == wire.STRIPPING_PROVIDER) == strips] or allowed
+        if self.template_renderer is not None:
+            templated = "template_renderer" in req.quirks
+            preferred = [
+                p for p in preferred if (p == wire.TEMPLATE_PROVIDER) == templated
+            ] or preferred
         rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "provider")
         return rng.choice(preferred)
 
@@ -296,6 +316,8 @@ class Simulator:
         delivery = served.delivery
         assert output is not None and delivery is not None and served.usage is not None
         quirks = list(output.quirks) + [q for q in delivery.applied if q not in output.quirks]
+        if req.template_prompt is not None and req.prompt is req.template_prompt:
+            quirks.append("template_renderer")  # not the prompt the engine renders
         exact = is_canonical(self.table, output) and not (set(quirks) & INEXACT_QUIRKS)
         record = {
             "generation_id": served.generation_id,
@@ -551,6 +573,10 @@ class Simulator:
                 ),
             )
         req.provider = provider
+        template = req.template_prompt
+        if provider == wire.TEMPLATE_PROVIDER and template and template.ids != req.prompt.ids:
+            self.stats["template_renderer"] += 1
+            req.prompt = template
         # OpenRouter's shape ("gen-<epoch>-<20 characters>"), drawn like the answer is: the same
         # prompt and attempt give the same id, so two runs of one suite (or its shards) compare
         # byte for byte.
@@ -601,6 +627,14 @@ class Simulator:
             attempt=self.attempts[prompt.sha256],
             number=self._valid_requests,
         )
+        if self.template_renderer is not None:
+            with contextlib.suppress(Exception):  # a prompt the template refuses: harmony's
+                req.template_prompt = self.render(
+                    body["messages"],
+                    body.get("tools"),
+                    template_kwargs or None,
+                    self.template_renderer,
+                )
         req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt)
         req.want_logprobs = body.get("logprobs") is True
         dialect = self.config.dialect

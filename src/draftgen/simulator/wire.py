@@ -17,6 +17,8 @@ from draftgen.simulator.model import DISABLED, ModelOutput
 PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes", "AtlasCloud")
 # The one provider whose parser strips edge whitespace from content (quirk strip_whitespace).
 STRIPPING_PROVIDER = "Chutes"
+# The one provider that renders gpt-oss prompts with the chat template (quirk template_renderer).
+TEMPLATE_PROVIDER = "AtlasCloud"
 # Providers that honour ``logprobs`` (with token bytes); the others send ``logprobs: null``.
 LOGPROB_PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes")
 

@@ -388,6 +388,18 @@ class Store:
                 (provider,),
             ).fetchall()
 
+    def text_path_prompts(self) -> Iterator[tuple[str, str, bytes, int | None, bool]]:
+        """(key, provider, request, prompt_tokens, verified) of every text-path sample that is
+        verified or failed on its prompt count, in key order (what a renderer doubt reads)."""
+        yield from (
+            (key, provider or "", request, prompt_tokens, bool(verified))
+            for key, provider, request, prompt_tokens, verified in self.db.execute(
+                "SELECT c.key, c.provider, c.request, c.prompt_tokens, s.verified FROM samples s"
+                " JOIN completions c ON c.key = s.key WHERE s.id_source = 'text'"
+                " AND (s.verified = 1 OR s.reason = 'prompt_count_mismatch') ORDER BY c.key"
+            )
+        )
+
     def flag_samples(self, flags: list[tuple[str, str, str]]) -> None:
         """Mark samples unverified: (key, reason, detail)."""
         begin_immediate(self.db)

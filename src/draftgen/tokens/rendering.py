@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import dataclasses
 import datetime as dt
 import functools
 import importlib.util
@@ -29,6 +30,7 @@ from draftgen.profiles import (
 )
 from draftgen.records import GenerationSettings, Rendering
 from draftgen.tokens import tokenizer as tok
+from draftgen.tokens.harmony import HarmonyRenderer
 from draftgen.tokens.tokenizer import encoder_path, tokenizer_encodes_chat
 
 
@@ -108,7 +110,8 @@ def _parsed_call(call: object) -> object:
 class ChatRenderer:
     """Renders requests for one tokenizer and profile the way an inference server does.
 
-    Three kinds of chat format, tried in this order: a Python encoder shipped in the model
+    gpt-oss is rendered with openai-harmony, as vLLM renders it (``draftgen.tokens.harmony``).
+    Otherwise three kinds of chat format, tried in this order: a Python encoder shipped in the model
     directory (``encoding/encoding_*.py``, loaded with the tokenizer's remote-code consent), a
     tokenizer class that encodes chat itself (``apply_chat_template`` overridden: its ids are
     the prompt), and the Jinja ``chat_template`` through ``transformers``.
@@ -117,8 +120,16 @@ class ChatRenderer:
     def __init__(self, tokenizer: Any, profile: ModelProfile, encoder: Any = None) -> None:
         self.tokenizer = tokenizer
         self.profile = profile
-        self.encoder = encoder if encoder is not None else chat_encoder_of(tokenizer)
-        self.encodes_chat = self.encoder is None and tokenizer_encodes_chat(tokenizer)
+        # gpt-oss: vLLM renders with openai-harmony whatever the tokenizer directory holds.
+        self.harmony = HarmonyRenderer(tokenizer) if profile.prompt_renderer == "harmony" else None
+        if self.harmony is not None:
+            encoder = None
+        elif encoder is None:
+            encoder = chat_encoder_of(tokenizer)
+        self.encoder = encoder
+        self.encodes_chat = (
+            self.harmony is None and self.encoder is None and tokenizer_encodes_chat(tokenizer)
+        )
         # Whether the prompt's ids are the class's own chat encoding (Kimi K3's segments), not
         # the encoding of its text (K2.5's class only prepares the conversation): the class's
         # slow encode runs on every request only where the two are not proven the same.
@@ -126,6 +137,8 @@ class ChatRenderer:
 
     @property
     def kind(self) -> str:
+        if self.harmony is not None:
+            return "harmony"
         if self.encoder is not None:
             return "python-encoder"
         return "tokenizer" if self.encodes_chat else "jinja"
@@ -168,6 +181,10 @@ class ChatRenderer:
         now: dt.datetime,
         want_ids: bool = True,
     ) -> tuple[str, list[int] | None]:
+        if self.harmony is not None:
+            # Harmony reads the request's messages as sent: only ``reasoning`` is reasoning,
+            # arguments stay text (vLLM parses nothing for it).
+            return self.harmony.render(messages, tools, variables, now)
         prepared = server_messages(messages, self.profile)
         if self.encoder is not None:
             return self.encoder.render(prepared, tools, variables, self.profile), None
@@ -405,6 +422,14 @@ def resolve_profile(tokenizer: Any, name: str | None = None) -> ModelProfile:
             "family whose encoder it is, or use a tokenizer directory draftgen supports"
         )
     return detect_profile(tok.full_vocab(tokenizer), path.name if path is not None else "")
+
+
+def template_renderer(tokenizer: Any, profile: ModelProfile) -> ChatRenderer | None:
+    """The published chat template as a renderer, where the engine renders with something else
+    (``profile.prompt_renderer``); None where the two are the same or there is no template."""
+    if not profile.prompt_renderer or not getattr(tokenizer, "chat_template", None):
+        return None
+    return ChatRenderer(tokenizer, dataclasses.replace(profile, prompt_renderer=""))
 
 
 @functools.lru_cache(maxsize=8)
