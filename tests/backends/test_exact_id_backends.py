@@ -331,6 +331,7 @@ def exported_against_truth(
         ("vllm", "fixture:kimi-k2.5", True),
         ("vllm", "fixture:deepseek-v3-thinking", False),
         ("sglang", "fixture:kimi-k2-thinking", True),  # SGLang gives ids only unstreamed
+        ("vllm", "fixture:gpt-oss", False),  # prompts rendered by openai-harmony, as vLLM does
     ],
 )
 def test_server_ids_are_exported_and_the_text_path_is_graded(

@@ -59,9 +59,7 @@ def rendered(renderer, messages, tools=None, **variables):
     return rendering.text, renderer.prompt_ids(rendering)
 
 
-def test_a_leading_system_message_is_developer_instructions_without_a_blank_line(
-    harmony, template
-):
+def test_a_leading_system_message_is_developer_instructions_without_a_blank_line(harmony, template):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     text, ids = rendered(harmony, messages)
     assert "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>" in text
@@ -136,7 +134,9 @@ def test_reasoning_before_the_last_answer_is_dropped(harmony):
 
 @pytest.mark.parametrize("effort", ["none", "minimal", "xhigh", "max"])
 def test_an_effort_vllm_refuses_is_a_rendering_error(harmony, effort):
-    rendering = harmony.render([{"role": "user", "content": "Hi"}], None, {"reasoning_effort": effort})
+    rendering = harmony.render(
+        [{"role": "user", "content": "Hi"}], None, {"reasoning_effort": effort}
+    )
     assert rendering.error == (
         f"HarmonyRefused: reasoning_effort={effort!r} is not supported by Harmony. "
         "Supported values are: low, medium, high."
@@ -284,3 +284,12 @@ def test_gpt_oss_runs_verify_only_the_engine_s_ids(tmp_path, monkeypatch, stream
     # The harmony providers proved themselves: their system-led samples are verified.
     reasons = {row["verify_reason"] for row in rows if row["provider"] != "AtlasCloud"}
     assert reasons == {"ok"}, reasons
+
+
+def test_chat_template_kwargs_are_refused_for_gpt_oss_on_a_server():
+    from draftgen.records import GenerationSettings
+    from draftgen.tokens.rendering import RenderSettingsError, request_variables
+
+    settings = GenerationSettings(model="m", chat_template_kwargs={"reasoning_effort": "high"})
+    with pytest.raises(RenderSettingsError, match="never read chat_template_kwargs"):
+        request_variables(settings, GPT_OSS)

@@ -610,7 +610,11 @@ class Simulator:
         if template_kwargs and self._ignores_switch(body["messages"]):
             self.stats["ignore_thinking_switch"] += 1
             template_kwargs = {}
-        if isinstance(body.get("chat_template_kwargs"), dict):
+        if self.profile.prompt_renderer == "harmony":
+            # vLLM's harmony path reads the effort from the request, never chat_template_kwargs.
+            if self.config.dialect != "openrouter" and body.get("reasoning_effort") is not None:
+                template_kwargs["reasoning_effort"] = body["reasoning_effort"]
+        elif isinstance(body.get("chat_template_kwargs"), dict):
             template_kwargs.update(body["chat_template_kwargs"])
         try:
             prompt = self.render(body["messages"], body.get("tools"), template_kwargs or None)

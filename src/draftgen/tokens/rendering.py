@@ -38,10 +38,20 @@ class RenderError(DraftgenError, RuntimeError):
     """The template or encoder raised: the sample keeps the message, the run goes on."""
 
 
+class RenderSettingsError(DraftgenError, ValueError):
+    """Settings the server's renderer would ignore: the prompt would not be the one asked for."""
+
+
 def request_variables(settings: GenerationSettings, profile: ModelProfile) -> dict:
     """The template variables a request implies: the family's switch for the reasoning settings
     (what a provider sets from them), then ``chat_template_kwargs`` as given."""
     variables = profile.template_variables(settings.reasoning)
+    if settings.chat_template_kwargs and profile.prompt_renderer == "harmony":
+        raise RenderSettingsError(
+            "gpt-oss prompts are rendered by openai-harmony on vLLM and SGLang, which never read "
+            "chat_template_kwargs; drop --chat-template-kwargs (the reasoning effort is then "
+            "harmony's default, medium)"
+        )
     variables.update(settings.chat_template_kwargs or {})
     return variables
 
