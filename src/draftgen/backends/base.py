@@ -2,12 +2,13 @@
 events and errors (REFERENCE.md §2); a backend module adds only what its server does differently.
 
 It turns every failure shape -- HTTP errors, errors inside HTTP 200 bodies, ``finish_reason:
-"error"``, mid-stream error events, empty cold-start completions -- into an ``ApiError`` that says
-whether to retry, slow down or stop.
+"error"``, mid-stream error events, empty cold-start completions, ``usage`` counts or costs that
+cannot be true -- into an ``ApiError`` that says whether to retry, slow down or stop.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import orjson
@@ -140,7 +141,7 @@ def parse_completion(body: bytes) -> Completion:
         else None,
         finish_reason=_str_or_none(choice.get("finish_reason")),
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
-        usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else {},
+        usage=checked_usage(obj.get("usage")),
         raw_message=message,
         logprob_bytes=logprob_bytes_of([choice.get("logprobs")]),
     )
@@ -260,12 +261,64 @@ class StreamAccumulator:
             tool_calls=self.tool_calls or None,
             finish_reason=self.finish_reason,
             native_finish_reason=self.native_finish_reason,
-            usage=self.usage,
+            usage=checked_usage(self.usage),
             raw_message=message,
             logprob_bytes=logprob_bytes_of(self.logprobs) if self.logprobs else None,
         )
         _reject_empty(completion)
         return completion
+
+
+# The counts a completion is stored with: SQLite's INTEGER holds 64 bits, but an answer's id
+# arrays are packed as 32-bit ints, so no real count comes near 2**31 and a bigger one is a lie
+# (2**63 once killed the store's writer).
+USAGE_COUNTS = (
+    ("prompt_tokens",),
+    ("completion_tokens",),
+    ("completion_tokens_details", "reasoning_tokens"),
+)
+MAX_COUNT = 2**31 - 1
+
+
+def checked_usage(usage: object) -> dict:
+    """``usage`` if its counts and cost can be stored and summed, else an ``ApiError``
+    (retried, like a malformed body) naming the field and its value; a body without ``usage``
+    has ``{}``.
+
+    A missing or null count or ``cost`` is allowed (many servers send none: ``--max-cost``
+    then counts the completion at listed prices); a count that is not an int from 0 to
+    2**31-1, or a cost that is not a finite number of dollars from 0 up, is refused.
+    """
+    if not isinstance(usage, dict):
+        return {}
+    for path in USAGE_COUNTS:
+        value = _usage_field(usage, path)
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if value is not None and not (is_int and 0 <= value <= MAX_COUNT):
+            raise _bad_usage(path, value, f"not a count from 0 to {MAX_COUNT}")
+    cost = usage.get("cost")
+    is_number = isinstance(cost, (int, float)) and not isinstance(cost, bool)
+    if cost is not None and not (is_number and math.isfinite(cost) and cost >= 0):
+        raise _bad_usage(("cost",), cost, "not a finite number of dollars from 0 up")
+    return usage
+
+
+def _usage_field(usage: dict, path: tuple[str, ...]) -> object:
+    value: object = usage
+    for index, name in enumerate(path):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            # reasoning_tokens is read from inside: a details field that is no object is a lie.
+            raise _bad_usage(path[:index], value, "not an object")
+        value = value.get(name)
+    return value
+
+
+def _bad_usage(path: tuple[str, ...], value: object, expected: str) -> ApiError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:39] + "…"
+    return ApiError("malformed_response", f"usage.{'.'.join(path)} is {shown}, {expected}")
 
 
 def logprob_bytes_of(blocks: list) -> list[bytes] | None:

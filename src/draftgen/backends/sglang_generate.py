@@ -129,7 +129,7 @@ def completion_of(output_ids: object, meta: object) -> Completion:
         tool_calls=None,  # /generate parses nothing: tool-call markup stays in the text
         finish_reason=kind,
         native_finish_reason=kind,
-        usage=usage,
+        usage=base.checked_usage(usage),
         raw_message={"finish_reason": finish},
         completion_token_ids=ids,
     )

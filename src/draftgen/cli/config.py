@@ -432,7 +432,9 @@ out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 # How the run goes.
 # concurrency = 64  # requests in flight
 # stream = true
-# idle_timeout = 300.0  # seconds a response may send nothing
+# idle_timeout = 300.0  # seconds a response may send nothing (keep-alive comments are nothing)
+# attempt_timeout = 3600.0  # seconds one attempt may take in all; 0: no limit
+# max_response_bytes = 50331648  # per response; unset: 16 MiB + 1 KiB per max_tokens token
 # max_attempts = 8  # attempts per request
 # retry_base_delay = 0.5  # first backoff, doubling per attempt
 # max_retries = 20000  # retries across the whole run

@@ -267,8 +267,23 @@ def _add_run_requests(run: argparse.ArgumentParser) -> None:
         type=float,
         default=_default("idle_timeout"),
         metavar="SECONDS",
-        help="give up on a response that sends nothing for this long "
-        f"(default {_shown('idle_timeout')})",
+        help="give up on a response that sends nothing for this long; a stream's comments "
+        f"count as nothing (default {_shown('idle_timeout')})",
+    )
+    run.add_argument(
+        "--attempt-timeout",
+        type=float,
+        default=_default("attempt_timeout"),
+        metavar="SECONDS",
+        help="give up on an attempt not finished after this long, however steadily it sends; 0: "
+        f"no limit (default {_shown('attempt_timeout')})",
+    )
+    run.add_argument(
+        "--max-response-bytes",
+        type=_positive_int,
+        metavar="N",
+        help="give up on a response (body or stream) larger than this, and retry it "
+        "(default: 16 MiB plus 1 KiB per token of --max-tokens, or 64 MiB without it)",
     )
     run.add_argument(
         "--max-attempts",
@@ -308,8 +323,9 @@ def _add_run_requests(run: argparse.ArgumentParser) -> None:
         "--max-cost",
         type=float,
         metavar="USD",
-        help="stop sending once spend (usage.cost) plus the in-flight estimate would pass this "
-        "many dollars (default: no limit)",
+        help="stop sending once spend plus the in-flight estimate would pass this many dollars "
+        "(usage.cost, or the tokens at the listed prices where it is missing or implausible; "
+        "default: no limit)",
     )
     run.add_argument(
         "--max-retries",
@@ -524,6 +540,8 @@ ESTIMATE_SHARED = (
     "max_tokens",
     "profile",
     "idle_timeout",
+    "attempt_timeout",
+    "max_response_bytes",
     "max_attempts",
     "retry_base_delay",
     "allow_insecure_http",

@@ -2,7 +2,9 @@
 
 Retry policy lives here and only here: exponential backoff with full jitter, ``Retry-After``
 honoured, and an adaptive limit that halves the requests in flight when the server pushes back
-(429, 503, transient 402) and grows back by one per success. It knows HTTP, not tokenizers.
+(429, 503, transient 402) and grows back by one per success. Every answer is bounded, whatever
+the server sends: a byte cap, an idle clock that only data events move, a deadline per attempt,
+and no redirects. It knows HTTP, not tokenizers.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urljoin
 
 import aiohttp
 
-from draftgen.backends import Backend
+from draftgen.backends import Accumulator, Backend
 from draftgen.backends.base import (
     ApiError,
     StreamAccumulator,
@@ -31,6 +34,7 @@ from draftgen.generate.endpoints import (
     EndpointSpec,
     HealthPolicy,
     Router,
+    endpoint_label,
     endpoint_specs,
 )
 from draftgen.logs import add_secret
@@ -38,6 +42,25 @@ from draftgen.records import Completion
 
 _log = logging.getLogger("draftgen.client")
 PROBE_TIMEOUT = 10.0  # seconds a health probe (GET /models) may take
+
+# The byte cap of one response (body or stream). A streamed token costs far more than its text:
+# OpenRouter frames each in a ~330-byte chunk (id, model, provider, choices), logprobs or server
+# ids add ~100-200 more, so 1 KiB per token leaves room; the fixed part covers what does not grow
+# with tokens (an encrypted reasoning_details item of several MB, the usage event). Without
+# --max-tokens the provider's limit applies, unknown here: 64 MiB is ~200k streamed tokens.
+RESPONSE_BYTES_BASE = 16 * 2**20
+RESPONSE_BYTES_PER_TOKEN = 2**10
+RESPONSE_BYTES_WITHOUT_MAX_TOKENS = 64 * 2**20
+# An error answer is read only this far: its message and type sit at the start.
+ERROR_BODY_BYTES = 64 * 2**10
+DEFAULT_ATTEMPT_TIMEOUT = 3600.0  # seconds; RunOptions.attempt_timeout says why
+
+
+def default_response_bytes(max_tokens: int | None) -> int:
+    """The byte cap of one response when --max-response-bytes is not given."""
+    if max_tokens is None:
+        return RESPONSE_BYTES_WITHOUT_MAX_TOKENS
+    return RESPONSE_BYTES_BASE + max_tokens * RESPONSE_BYTES_PER_TOKEN
 
 
 @dataclass(frozen=True)
@@ -165,6 +188,8 @@ class ChatClient:
         concurrency: int,
         retry: RetryPolicy | None = None,
         idle_timeout: float = 300.0,
+        attempt_timeout: float | None = DEFAULT_ATTEMPT_TIMEOUT,
+        max_response_bytes: int = RESPONSE_BYTES_WITHOUT_MAX_TOKENS,
         max_retries: int | None = None,
         budget: SpendGuard | None = None,
         backend: Backend | None = None,
@@ -172,7 +197,9 @@ class ChatClient:
         health: HealthPolicy | None = None,
         on_endpoint_event: Callable[[str, str, str], None] | None = None,
     ) -> None:
-        """``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
+        """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
+        one attempt in all (0 or None: none), ``max_response_bytes`` its answer.
+        ``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
         that could pass a spending limit. With several endpoints, ``concurrency`` is the run's
         total and ``endpoint_concurrency`` (or a spec's own) caps each; ``on_endpoint_event``
         hears (endpoint, "ejected" | "readmitted" | "removed", why)."""
@@ -194,6 +221,8 @@ class ChatClient:
         self._max_retries = max_retries
         self._budget = budget
         self._idle_timeout = idle_timeout
+        self._attempt_timeout = attempt_timeout or None
+        self._max_response_bytes = max_response_bytes
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -307,26 +336,19 @@ class ChatClient:
         assert self._session is not None, "use ChatClient as an async context manager"
         self.stats.requests += 1
         endpoint.requests += 1
+        deadline = asyncio.timeout(self._attempt_timeout)
         try:
-            async with self._session.post(endpoint.url + self._path, data=body) as response:
-                if response.status != 200:
-                    payload = await response.read()
-                    raise error_from_status(
-                        response.status, response.headers.get("Retry-After"), payload
-                    )
-                backend = self.backend
-                if not stream:
-                    parse = backend.parse_completion if backend else parse_completion
-                    return parse(await response.read())
-                accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
-                async for data in response.content.iter_any():
-                    accumulator.feed_bytes(data)
-                    if accumulator.done:
-                        break
-                return accumulator.finish()
+            async with deadline:
+                return await self._exchange(endpoint.url + self._path, body, stream)
         except ApiError:
             raise
-        except (TimeoutError, aiohttp.ServerTimeoutError):
+        except TimeoutError:  # aiohttp's ServerTimeoutError (sock_read) is one too
+            if deadline.expired():
+                raise ApiError(
+                    "timeout",
+                    f"the attempt passed its {self._attempt_timeout:g} s deadline "
+                    "(--attempt-timeout) before the response ended",
+                ) from None
             raise ApiError("timeout", "no data from the server within the idle timeout") from None
         except aiohttp.ClientConnectorError as exc:
             raise ApiError("connect_failed", f"cannot connect ({exc.os_error})") from None
@@ -334,6 +356,65 @@ class ChatClient:
             raise ApiError("connection_dropped", f"connection dropped mid-body ({exc})") from None
         except aiohttp.ClientError as exc:
             raise ApiError("connection_dropped", f"{exc.__class__.__name__}: {exc}") from None
+
+    async def _exchange(self, url: str, body: bytes, stream: bool) -> Completion:
+        """One POST and its answer, read no further than the byte cap."""
+        assert self._session is not None
+        # A redirect would carry the prompt (and, followed by hand, the key) to a host the run
+        # never checked: 301/302 even turn the POST into a GET and answer for another endpoint.
+        async with self._session.post(url, data=body, allow_redirects=False) as response:
+            if 300 <= response.status < 400:
+                raise _redirect_error(response)
+            if response.status != 200:
+                payload = await _read_at_most(response, ERROR_BODY_BYTES)
+                raise error_from_status(
+                    response.status, response.headers.get("Retry-After"), payload
+                )
+            backend = self.backend
+            if not stream:
+                parse = backend.parse_completion if backend else parse_completion
+                return parse(await self._read_body(response))
+            accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
+            return await self._read_stream(response, accumulator)
+
+    async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
+        """A non-streamed body, refused as soon as it passes the cap (or says it will)."""
+        cap = self._max_response_bytes
+        if response.content_length is not None and response.content_length > cap:
+            raise self._too_large()
+        pieces: list[bytes] = []
+        received = 0
+        async for piece in response.content.iter_any():
+            received += len(piece)
+            if received > cap:
+                raise self._too_large()
+            pieces.append(piece)
+        return b"".join(pieces)
+
+    async def _read_stream(
+        self, response: aiohttp.ClientResponse, accumulator: Accumulator
+    ) -> Completion:
+        """Fold an event stream, counting its bytes against the cap and its data events against
+        the idle timeout."""
+        cap = self._max_response_bytes
+        clock = EventClock(self._idle_timeout)
+        received = 0
+        async for data in response.content.iter_any():
+            received += len(data)
+            if received > cap:
+                raise self._too_large()
+            clock.observe(data)
+            accumulator.feed_bytes(data)
+            if accumulator.done:
+                break
+        return accumulator.finish()
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            "response_too_large",
+            f"the response passed {self._max_response_bytes:,} bytes and was dropped; pass a "
+            "larger --max-response-bytes if answers this long are expected",
+        )
 
     async def _probe(self, endpoint: Endpoint) -> bool:
         """Whether an ejected endpoint answers at all: any reply below 500 to ``GET /models``
@@ -353,3 +434,84 @@ class ChatClient:
         if self._api_key and self._api_key in text:
             return text.replace(self._api_key, "***")
         return text
+
+
+class EventClock:
+    """The idle clock of one stream, moved only by data events: SSE comments (OpenRouter sends
+    ``: OPENROUTER PROCESSING`` every second), blank lines and empty ``data:`` lines keep the
+    socket busy, so aiohttp's read timeout never fires, yet they are not progress."""
+
+    def __init__(self, idle_timeout: float | None) -> None:
+        self.idle_timeout = idle_timeout or None  # 0: no idle timeout, as aiohttp's sock_read
+        self.last_event = time.monotonic()
+        self._at_line_start = True
+        self._in_event = False  # the last chunk ended inside a data line with a value
+
+    def observe(self, chunk: bytes) -> None:
+        """Note what ``chunk`` carries; raise a timeout once only keep-alives came for too long."""
+        if self._carries_event(chunk):
+            self.last_event = time.monotonic()
+        elif self.idle_timeout is not None and (
+            time.monotonic() - self.last_event > self.idle_timeout
+        ):
+            raise ApiError(
+                "timeout",
+                f"no data event within the idle timeout ({self.idle_timeout:g} s), only "
+                "keep-alives",
+            )
+
+    def _carries_event(self, chunk: bytes) -> bool:
+        if self._at_line_start and chunk.startswith(b"data: {") and chunk.endswith(b"\n"):
+            return True  # whole events, as most reads are: the line state stays as it is
+        # A data line split across reads counts in each of them: a multi-megabyte event is
+        # progress all the way. A line that trickles in forever is the attempt deadline's.
+        found = self._in_event or (self._at_line_start and _data_with_value(chunk))
+        if not found:
+            at = chunk.find(b"\ndata:")
+            while at >= 0 and not found:
+                found = _data_with_value(chunk[at + 1 : at + 70])
+                at = chunk.find(b"\ndata:", at + 1)
+        last = chunk.rfind(b"\n")
+        if last >= 0:
+            tail = chunk[last + 1 :]
+            self._at_line_start = not tail
+            self._in_event = _data_with_value(tail)
+        elif self._at_line_start:
+            self._at_line_start = False
+            self._in_event = _data_with_value(chunk)
+        return found
+
+
+def _data_with_value(line: bytes) -> bool:
+    """Whether ``line`` starts a ``data:`` field with something in it."""
+    if not line.startswith(b"data:"):
+        return False
+    value = line[5:69].lstrip(b" \t")
+    return bool(value) and value[:1] not in (b"\r", b"\n")
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body's first ``limit`` bytes; reading stops there, whatever the server sends."""
+    pieces: list[bytes] = []
+    size = 0
+    async for piece in response.content.iter_any():
+        pieces.append(piece)
+        size += len(piece)
+        if size >= limit:
+            break
+    return b"".join(pieces)[:limit]
+
+
+def _redirect_error(response: aiohttp.ClientResponse) -> ApiError:
+    """A 3xx answer: the run stops, since every request to this URL would be redirected too."""
+    location = response.headers.get("Location")
+    # Shown without user:password or query: either may hold a credential.
+    target = endpoint_label(urljoin(str(response.url), location))[:200] if location else "nowhere"
+    return ApiError(
+        "redirected",
+        f"the endpoint answered {response.status} with a redirect to {target}; draftgen does not "
+        "follow redirects with a prompt body: use the final URL as --base-url",
+        retryable=False,
+        fatal=True,
+        status=response.status,
+    )

@@ -20,7 +20,7 @@ from draftgen.backends.base import ApiError
 HEALTH_KINDS = frozenset({"connect_failed", "connection_dropped", "timeout"})
 # Errors that say this endpoint is set up wrong (key, path, model): in a fleet it is removed for
 # the rest of the run instead of stopping it, since the others may be set up right.
-MISCONFIGURED_KINDS = frozenset({"auth", "not_found"})
+MISCONFIGURED_KINDS = frozenset({"auth", "not_found", "redirected"})
 
 HEALTHY, EJECTED, REMOVED = "healthy", "ejected", "removed"
 

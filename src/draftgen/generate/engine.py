@@ -17,7 +17,13 @@ import orjson
 
 from draftgen.backends import get_backend
 from draftgen.collector import collecting_less
-from draftgen.generate.budget import BudgetReached, SpendGuard
+from draftgen.generate.budget import (
+    BudgetReached,
+    CostCounter,
+    SpendGuard,
+    answer_bytes,
+    find_prices,
+)
 from draftgen.generate.client import (
     ChatClient,
     FatalApiError,
@@ -25,7 +31,7 @@ from draftgen.generate.client import (
     RetryPolicy,
     RunStopped,
 )
-from draftgen.generate.endpoints import EndpointSpec
+from draftgen.generate.endpoints import EndpointSpec, endpoint_specs
 from draftgen.generate.errors import RunError
 from draftgen.generate.native_turn import TokenPrompt, native_turns
 from draftgen.generate.progress import ProgressDisplay, RunProgress
@@ -42,7 +48,7 @@ from draftgen.inputs.plan import (
 )
 from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
-from draftgen.records import GenerationSettings, Rendering
+from draftgen.records import Completion, GenerationSettings, Rendering
 from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store, StoreError
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 from draftgen.tokens.tokenizer import load_tokenizer
@@ -83,18 +89,20 @@ class LiveGeneration:
         # The run checked the name before the first request.
         self.backend = get_backend(options.backend)
         self.stream = options.stream and self.backend.can_stream
-        budget = None
-        if options.max_cost is not None:
-            counts = store.counts()
-            budget = SpendGuard(options.max_cost, counts["cost"], counts["completions"])
+        self.base_url, self.api_key = base_url, api_key
+        # What earlier runs spent is counted by ``start_budget``, once the prices are known.
+        self.budget = SpendGuard(options.max_cost) if options.max_cost is not None else None
+        self.costs: CostCounter | None = None
         self.client = ChatClient(
             base_url,
             api_key,
             concurrency=options.concurrency,
             retry=retry,
             idle_timeout=options.idle_timeout,
+            attempt_timeout=options.attempt_timeout,
+            max_response_bytes=options.response_byte_cap(),
             max_retries=options.max_retries,
-            budget=budget,
+            budget=self.budget,
             backend=self.backend,
             endpoint_concurrency=options.endpoint_concurrency,
             health=options.endpoint_health,
@@ -129,6 +137,7 @@ class LiveGeneration:
     async def run(self) -> RunProgress:
         """Work every row, then close what the engine opened."""
         try:
+            await self.start_budget()
             # Thousands of requests in flight keep ~100,000 objects alive at once.
             with collecting_less():
                 async with self.client:
@@ -137,6 +146,16 @@ class LiveGeneration:
         finally:
             await self.close()
         return self.progress
+
+    async def start_budget(self) -> None:
+        """Find the prices ``--max-cost`` counts by when a reported cost is not believed, and
+        count what the run directory holds by the same rule (a stored negative cost adds its
+        tokens' price, never takes money off)."""
+        if self.budget is None:
+            return
+        first = endpoint_specs(self.base_url)[0].url  # a fleet serves one model at one price
+        self.costs = CostCounter(await find_prices(first, self.settings.model, self.api_key))
+        self.budget.spent, self.budget.completions = self.costs.total(self.store.spend_rows())
 
     async def close(self) -> None:
         """Close what the engine opened; the writer last, since closing waits for its commits."""
@@ -398,6 +417,7 @@ class LiveGeneration:
         except GenerationFailed as exc:
             await self.fail(plan, exc.reason, len(exc.errors), [e.as_dict() for e in exc.errors])
             raise
+        self.count_cost(completion, request)
         if self.native is not None:
             completion = await asyncio.to_thread(self.native.read, completion, prompt)
         await self.writer.add_completion(
@@ -414,6 +434,20 @@ class LiveGeneration:
             completion.prompt_tokens, completion.completion_tokens, completion.cost
         )
         return completion.content or "", completion.finish_reason
+
+    def count_cost(self, completion: Completion, request: bytes) -> None:
+        """Count what the completion costs by ``CostCounter`` beyond the ``usage.cost`` the client
+        recorded; called before any await, so no attempt is admitted on the lower figure."""
+        if self.budget is None or self.costs is None:
+            return
+        counted = self.costs.count(
+            completion.cost,
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            len(request),
+            answer_bytes(completion),
+        )
+        self.budget.add(counted - completion.cost)
 
     async def render(
         self, plan: TurnPlan, messages: list[dict]

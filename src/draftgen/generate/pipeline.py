@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import orjson
 
 from draftgen.backends import Backend, SettingsError, UnknownBackendError, get_backend
+from draftgen.generate.client import default_response_bytes
 from draftgen.generate.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
 from draftgen.generate.engine import LiveGeneration
 from draftgen.generate.errors import RunError
@@ -50,7 +51,14 @@ class RunOptions:
     stream: bool = True
     max_tokens: int | None = None
     profile: str | None = None
-    idle_timeout: float = 300.0
+    idle_timeout: float = 300.0  # seconds a stream may send no data event (0: no limit)
+    # Seconds one attempt may take in all (0: no limit): what ends a trickle that never falls
+    # idle. Generous, since an attempt cut short is still billed: a 32k-token answer at ~10
+    # tokens a second takes 55 minutes.
+    attempt_timeout: float = 3600.0
+    # Bytes one response may send, body or stream; None: client.default_response_bytes of
+    # max_tokens (16 MiB + 1 KiB per token; 64 MiB without max_tokens).
+    max_response_bytes: int | None = None
     max_attempts: int = 8
     retry_base_delay: float = 0.5
     allow_insecure_http: bool = False
@@ -102,6 +110,10 @@ class RunOptions:
             )
             return Suite(tuple(specs), self.limit)
         return Suite.from_inputs(self.inputs, self.limit, format=given)
+
+    def response_byte_cap(self) -> int:
+        """Bytes one response may send: ``max_response_bytes``, else derived from max_tokens."""
+        return self.max_response_bytes or default_response_bytes(self.max_tokens)
 
 
 @dataclass

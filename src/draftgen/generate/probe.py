@@ -131,7 +131,16 @@ class _Checker:
             ) from None
 
     async def _get(self, session: aiohttp.ClientSession, url: str) -> tuple[int, bytes]:
-        async with session.get(url) as response:
+        # Not followed: the run's POSTs never follow a redirect (they would carry the prompt
+        # elsewhere), so a base URL that redirects is refused here, before the first request.
+        async with session.get(url, allow_redirects=False) as response:
+            if 300 <= response.status < 400:
+                target = endpoint_label(response.headers.get("Location", "") or "?")
+                raise ProbeError(
+                    f"{endpoint_label(url)} answered HTTP {response.status} with a redirect to "
+                    f"{target}; draftgen does not follow redirects, so use the final URL as "
+                    "--base-url"
+                )
             return response.status, await response.read()
 
     def _refused(self, label: str, status: int, body: bytes) -> ProbeError:

@@ -517,13 +517,26 @@ class Store:
             row["errors"] = orjson.loads(row["errors"]) if row["errors"] else []
             yield row
 
+    def spend_rows(self) -> Iterator[tuple[float, int | None, int | None, int | None, int | None]]:
+        """(cost, prompt_tokens, completion_tokens, request bytes, answer bytes) of every stored
+        completion, what ``--max-cost`` counts it by; the byte lengths only where the count is
+        missing (they bound it)."""
+        return self.db.execute(
+            "SELECT cost, prompt_tokens, completion_tokens,"
+            " CASE WHEN prompt_tokens IS NULL THEN length(request) END,"
+            " CASE WHEN completion_tokens IS NULL THEN length(CAST(coalesce(content, '')"
+            " || coalesce(reasoning, '') || coalesce(tool_calls, '') AS BLOB)) END"
+            " FROM completions"
+        )
+
     def counts(self) -> dict:
         """Everything ``draftgen status`` prints."""
         one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
         # Each full scan of a table walks every row's overflow pages (answers, ids): one scan
         # gives all the sums of a table.
+        # A negative cost (stored before usage was checked) never takes money off the total.
         completions, cost, prompt_tokens, completion_tokens, retried = one(
-            "SELECT count(*), coalesce(sum(cost), 0), coalesce(sum(prompt_tokens), 0),"
+            "SELECT count(*), coalesce(sum(max(cost, 0)), 0), coalesce(sum(prompt_tokens), 0),"
             " coalesce(sum(completion_tokens), 0), coalesce(sum(attempts - 1), 0) FROM completions"
         )
         samples, verified, truncated = one(
@@ -1025,18 +1038,44 @@ class CompletionWriter:
                     self._queue.put(None)
                     break
                 batch.append(nxt)
-            try:
-                begin_immediate(self._db)
-                for statements, _ in batch:
-                    for sql, params in statements:
-                        self._db.execute(sql, params)
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                _settle(batch, StoreError(f"cannot write to the store: {exc}"))
-                continue
-            _settle(batch, None)
+            self._commit(batch)
+
+    def _commit(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
+        """Commit a group in one transaction and wake its writers; whatever fails, fails their
+        awaits with a ``StoreError``, never this thread (its death left a run waiting forever)."""
+        try:
+            self._write(batch)
+        except sqlite3.OperationalError as exc:
+            # The store itself (disk full, I/O, lock): every write of the group fails alike.
+            _settle(batch, StoreError(f"cannot write to the store: {exc}"))
+            return
+        except Exception as exc:
+            if len(batch) > 1:
+                # A value one write could not bind (an int past 64 bits): the rest are kept.
+                for item in batch:
+                    self._commit([item])
+                return
+            _settle(batch, StoreError(_write_failure(exc)))
+            return
+        _settle(batch, None)
+
+    def _write(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
+        begin_immediate(self._db)
+        try:
+            for statements, _ in batch:
+                for sql, params in statements:
+                    self._db.execute(sql, params)
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+
+def _write_failure(exc: Exception) -> str:
+    if isinstance(exc, sqlite3.Error):
+        return f"cannot write to the store: {exc}"
+    return f"cannot write to the store: {exc} ({exc.__class__.__name__})"
 
 
 def _settle(batch: list[tuple[list, asyncio.Future | None]], error: Exception | None) -> None:
