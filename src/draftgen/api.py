@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from draftgen.store.database import RunLock, Store
+from draftgen.store.database import DB_NAME, RunLock, Store
 
 if TYPE_CHECKING:
     from draftgen.generate.pipeline import RunOptions, RunSummary
@@ -70,6 +70,15 @@ class RunDir:
             pass
         return cls(Path(path))
 
+    @classmethod
+    def runs_under(cls, path: str | Path) -> list[RunDir]:
+        """The run directories directly inside ``path`` (a folder of runs), by name; empty when
+        ``path`` is itself a run or holds none."""
+        path = Path(path)
+        if not path.is_dir() or (path / DB_NAME).exists():
+            return []
+        return [cls(child) for child in sorted(path.iterdir()) if (child / DB_NAME).is_file()]
+
     @property
     def tokenizer(self) -> str | None:
         """The tokenizer the run was made with, as it was given (a path, hub id or fixture)."""
@@ -87,14 +96,17 @@ class RunDir:
             return self._prepare(store)
 
     def export(
-        self, fmt: str, out: str | Path, include_unverified: bool = False
+        self, fmt: str, out: str | Path, include_unverified: bool = False, force: bool = False
     ) -> tuple[int, Snapshot]:
-        """Write ``fmt`` (specforge, specforge-text, parquet, hf) to ``out``: (rows, snapshot)."""
+        """Write ``fmt`` (specforge, specforge-text, parquet, hf) to ``out``: (rows, snapshot).
+
+        An existing file at ``out`` is replaced only if it is an earlier export of this run,
+        or with ``force``."""
         from draftgen.outputs.export import export
 
         with Store(self.path, create=False) as store:
             snapshot = self._prepare(store)
-            return export(store, fmt, Path(out), include_unverified), snapshot
+            return export(store, fmt, Path(out), include_unverified, force), snapshot
 
     def report(self, out_dir: str | Path | None = None) -> tuple[Path, Path]:
         """Write ``report.json`` and ``report.html`` (into the run directory by default)."""

@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 from datetime import UTC, datetime
 
 import orjson
 
-from draftgen.redact import MASK, redact
+from draftgen.redact import MASK, printable, redact
 
 LEVELS = ("debug", "info", "warning", "error")
 # The attributes every LogRecord has; anything else on a record came from ``extra=``.
@@ -21,7 +22,22 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None
     "asctime",
     "taskName",
 }
-__all__ = ["LEVELS", "MASK", "REDACTOR", "add_secret", "configure"]
+__all__ = ["LEVELS", "MASK", "REDACTOR", "add_secret", "adopt_third_party", "configure"]
+# Libraries whose loggers draftgen takes over: their own handlers (huggingface_hub and
+# transformers each add one that prints every retry raw, the URL and its hub id in it) are
+# removed, and what they log goes through draftgen's handler, redacted, at error and up (warning
+# and up with --log-level debug).
+THIRD_PARTY = (
+    "huggingface_hub",
+    "transformers",
+    "urllib3",
+    "filelock",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "datasets",
+    "fsspec",
+)
 
 
 class SecretRedactor(logging.Filter):
@@ -33,7 +49,9 @@ class SecretRedactor(logging.Filter):
         self.secrets: set[str] = set()
 
     def redact(self, text: str) -> str:
-        return redact(text, self.secrets)
+        # Log lines quote servers and files: no escape sequence they hold reaches a terminal
+        # (a traceback keeps its newlines).
+        return printable(redact(text, self.secrets), newlines=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = self.redact(record.getMessage())
@@ -118,4 +136,76 @@ def configure(level: str = "info", json: bool = False) -> logging.Handler:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("draftgen").setLevel(level.upper())
+    adopt_third_party()
     return handler
+
+
+def adopt_third_party() -> None:
+    """Route the ``THIRD_PARTY`` loggers through draftgen's handler only, at error and up.
+
+    Called again after importing such a library: huggingface_hub adds its handler and sets its
+    level when it is first imported.
+    """
+    debug = logging.getLogger("draftgen").level <= logging.DEBUG
+    for name in THIRD_PARTY:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+        logger.setLevel(logging.WARNING if debug else logging.ERROR)
+
+
+def json_line(message: str, level: str = "info", logger: str = "draftgen") -> str:
+    """``message`` as one JSON line of ``JsonFormatter``'s shape (no newline)."""
+    line = {
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "level": level,
+        "logger": logger,
+        "message": REDACTOR.redact(message),
+    }
+    return orjson.dumps(line).decode()
+
+
+class JsonLineStream(io.TextIOBase):
+    """stderr under ``--log-json``: every line that reaches it is a JSON object. A line already
+    one (a log record) passes as it is; any other (a message printed for people, argparse's
+    error) becomes ``json_line(text)``. It is no terminal, so the live display of a run gives
+    way to its progress records."""
+
+    def __init__(self, stream) -> None:
+        super().__init__()
+        self.stream = stream
+        self._pending = ""
+        self.level = "info"  # of the plain lines written next (main sets error for errors)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self.stream.write(self._as_json(line) + "\n")
+        return len(text)
+
+    def _as_json(self, line: str) -> str:
+        if line.startswith("{"):
+            try:
+                orjson.loads(line)
+                return line
+            except orjson.JSONDecodeError:
+                pass
+        return json_line(line, self.level, "draftgen.cli")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """Write what is left of a line that never ended."""
+        if self._pending:
+            pending, self._pending = self._pending, ""
+            self.stream.write(self._as_json(pending) + "\n")
+        self.flush()

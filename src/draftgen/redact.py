@@ -1,12 +1,15 @@
-"""Masking what looks like a secret in any text a user sees: error sentences, log lines.
+"""What may be printed: secrets masked, control characters defused, stray values described.
 
 A key given in the wrong place (a mistyped flag, a variable name, a config value) must never be
-printed back; ``redact`` replaces key-shaped text with ``***`` wherever it appears.
+printed back; ``redact`` replaces key-shaped text with ``***`` wherever it appears, and
+``described`` names a value that could be a key by its length only. Text a server sent (a
+finish reason, a provider name, an error) goes through ``printable`` before a terminal sees it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 
@@ -55,3 +58,49 @@ def redact(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:
             text = text.replace(secret, MASK)
     text = _PREFIXED.sub(lambda m: (m.group("bearer") or "") + MASK, text)
     return _TOKEN.sub(lambda m: MASK if looks_random(m.group(0)) else m.group(0), text)
+
+
+# What a terminal would act on rather than show: C0 controls but newline and tab, DEL, the C1
+# controls (CSI among them) and the bidirectional overrides that reorder what a line shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object, newlines: bool = False) -> str:
+    """``text`` from a server or a file, safe to print: every control character (an ANSI escape's
+    ESC, a carriage return, a bell) is shown as its escape (``\\x1b``), so nothing it holds can
+    move the cursor, recolour or rewrite a line. Newlines are escaped too unless ``newlines``."""
+    pattern = _CONTROL if newlines else _CONTROL_OR_NEWLINE
+    return pattern.sub(_escape, str(text))
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def described(value: object) -> str:
+    """A value the user gave in the wrong place, named without showing it when it could be a
+    key: a number, a short word or an existing path as itself, anything else by kind and length
+    ("a 40-character string")."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}"
+    # No key is under 8 characters or holds a space; a number or a path that exists is no key;
+    # a key-shaped one is shown masked (``***``), as everywhere else.
+    masked = redact(value)
+    shown = repr(printable(masked))
+    if masked != value or len(value) < 8 or NUMBER.fullmatch(value):
+        return shown
+    if any(c.isspace() for c in value.strip()):
+        return shown
+    try:
+        if os.path.exists(value):
+            return shown
+    except (OSError, ValueError):
+        pass
+    return f"a {len(value)}-character string (not shown: it may be a key)"

@@ -237,7 +237,7 @@ def test_keep_alives_are_not_progress(keepalive):
     assert error.errors[0].message == (
         "no data event within the idle timeout (0.3 s), only keep-alives"
     )
-    assert 0.3 <= seconds < 1.5
+    assert 0.3 <= seconds < 10  # it ends: the bound is loose for a loaded machine
 
 
 def test_only_data_events_move_the_idle_clock():
@@ -302,7 +302,7 @@ def test_a_slow_loris_ends_at_the_attempt_deadline(stream):
     assert error.errors[0].message == (
         "the attempt passed its 0.5 s deadline (--attempt-timeout) before the response ended"
     )
-    assert 0.5 <= seconds < 1.5 and server.written < 210
+    assert 0.5 <= seconds < 10 and server.written < 210
 
 
 # -- redirects -----------------------------------------------------------------------------------
@@ -416,3 +416,37 @@ def test_a_base_url_that_redirects_is_refused_by_the_probe_before_any_request():
     assert "answered HTTP 302 with a redirect to http://127.0.0.1:9/v1" in message
     assert message.endswith("use the final URL as --base-url")
     assert len(hits) == 1
+
+
+@pytest.mark.parametrize(
+    "status, body, kind",
+    [
+        (200, b"<html><body>Sign in to continue</body></html>", "text/html"),
+        (404, b"<!DOCTYPE HTML><title>Error response</title>File not found", "text/html"),
+    ],
+)
+def test_an_endpoint_that_is_not_an_api_is_refused_by_the_probe(status, body, kind):
+    """A login page answering 200 to everything and a static file server's 404 page used to
+    pass the probe; every request then failed and the run exited 0."""
+    from draftgen.generate.probe import ProbeError, probe_endpoints
+
+    async def scenario():
+        async def page(request):
+            return web.Response(status=status, body=body, content_type=kind)
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", page)
+        runner, base_url = await start_app(app)
+        try:
+            with pytest.raises(ProbeError) as caught:
+                await probe_endpoints([base_url], None, "a/b", "openrouter")
+        finally:
+            await runner.cleanup()
+        return str(caught.value), base_url
+
+    message, base_url = asyncio.run(scenario())
+    assert message.startswith(f"GET {base_url}/key answered HTTP {status} with {kind} (")
+    assert message.endswith(
+        "not JSON: this is not an OpenAI-compatible API; check --base-url (it usually ends in "
+        "/v1, or /api/v1 for OpenRouter)"
+    )

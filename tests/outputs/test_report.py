@@ -17,7 +17,7 @@ import pytest
 from conftest import draftgen
 from sample_runs import make_run
 
-WINDOW = (1280, 3600)  # tall enough for the length histograms
+WINDOW = (1280, 6400)  # tall enough for the length histograms, below the flagged samples
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -119,15 +119,171 @@ def test_every_chart_has_axis_titles_and_colours_that_mean_something(run_dir, re
         assert chart.count('class="axis-title"') >= 1, chart[:300]
     for unit in ("samples", "attempts", "median latency (seconds)", "requests (attempts sent)"):
         assert f'class="axis-title">{unit}<' in page, unit
-    assert "seconds since the first completion" in page and "prompt length (tokens)" in page
-    # Provider bars are coloured by their verified share, and the legend says so.
-    from draftgen.outputs.report import share_colour
+    assert "time since the first completion" in page and "prompt length (tokens)" in page
+    # Provider bars are coloured by their verified share (neutral under MIN_SHARE_SAMPLES), and
+    # the legend says so.
+    from draftgen.outputs.report import row_colour
 
     for provider in report["providers"]:
-        colour = share_colour(provider["verified_share"])
+        colour = row_colour(provider)
         name = provider["provider"]
         assert f'fill="{colour}"><title>{name}: ' in page, name
     assert "Bar colour: verified share of the samples served." in page
+
+
+def test_report_says_what_was_made_how_fast_and_what_to_do_with_the_flagged(run_dir, report):
+    db = sqlite3.connect(run_dir / "draftgen.sqlite")
+    meta = dict(db.execute("SELECT name, value FROM meta"))
+    settings = report["settings"]
+    stored = json.loads(meta["settings"])
+    assert (settings["model"], settings["max_tokens"]) == (stored["model"], 180)
+    assert settings["tokenizer"] == "fixture:kimi-k2.5" and settings["profile"] == "kimi-k2"
+    assert settings["tokenizer_digest"] == meta["tokenizer_digest"]
+    (endpoint,) = settings["endpoints"]
+    assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/api/v1 (simulator)")
+    page = (run_dir / "report.html").read_text()
+    assert f"<code>{meta['tokenizer_digest']}</code>" in page
+    assert '<th>temperature</th><td><span class="empty">not set' in page
+    # Wall time from the first request to the last answer; output tokens a second of work.
+    timing = report["time"]
+    first, last = db.execute(
+        "SELECT min(created_at - latency), max(created_at) FROM completions"
+    ).fetchone()
+    last = max(last, db.execute("SELECT max(created_at) FROM failures").fetchone()[0])
+    assert timing["wall_seconds"] == pytest.approx(last - first, abs=0.002)
+    assert timing["working_seconds"] == timing["wall_seconds"]  # no pause in this run
+    tokens = report["totals"]["completion_tokens"]
+    assert timing["completion_tokens_per_second"] == pytest.approx(
+        tokens / timing["working_seconds"], rel=0.01
+    )
+    # Every flagged sample by id, with its reason and what to do.
+    flagged = report["flagged"]
+    unverified = db.execute(
+        "SELECT c.source_id || ':' || c.turn, s.reason FROM samples s JOIN completions c "
+        "ON c.key = s.key WHERE s.verified = 0 AND s.truncated = 0"
+    ).fetchall()
+    truncated = db.execute(
+        "SELECT c.source_id || ':' || c.turn FROM samples s JOIN completions c ON c.key = s.key "
+        "WHERE s.truncated = 1"
+    ).fetchall()
+    failed = db.execute("SELECT source_id || ':' || turn, reason FROM failures").fetchall()
+    assert (flagged["unverified"], flagged["truncated"], flagged["failed"]) == (
+        len(unverified),
+        len(truncated),
+        len(failed),
+    )
+    assert flagged["count"] == len(unverified) + len(truncated) + len(failed) > 0
+    assert flagged["more"] == 0 and len(flagged["shown"]) == flagged["count"]
+    shown = {(f["id"], f["kind"], f["reason"]) for f in flagged["shown"]}
+    assert shown == (
+        {(i, "unverified", r) for i, r in unverified}
+        | {(i, "truncated", "length") for (i,) in truncated}
+        | {(i, "failed", r) for i, r in failed}
+    )
+    from draftgen.outputs.report import REASON_MEANINGS
+
+    for entry in flagged["shown"]:
+        assert f"<code>{html.escape(entry['id'])}</code>" in page
+        assert html.escape(entry["fix"]) in page
+        if entry["kind"] == "unverified":
+            assert entry["fix"].startswith(REASON_MEANINGS[entry["reason"]][0])
+    command = (
+        f"draftgen export {run_dir} --include-unverified --out {run_dir}/with-unverified.jsonl"
+    )
+    assert flagged["commands"]["include"] == command and html.escape(command) in page
+
+
+def test_flagged_samples_are_capped_with_the_rest_counted(tmp_path, monkeypatch):
+    from draftgen.outputs import report as module
+
+    out = make_run(tmp_path, rows=12)
+    monkeypatch.setattr(module, "FLAGGED_SHOWN", 2)
+    with module.Store(out, create=False) as store:
+        flagged = module.build_report(store)["flagged"]
+    assert flagged["count"] > 2 and len(flagged["shown"]) == 2
+    assert flagged["more"] == flagged["count"] - 2
+    page = module.flagged_section({"flagged": flagged})
+    assert page.count("<tr><td><code>") == 2
+    assert f">{flagged['more']}</span> more" in page
+
+
+def test_a_provider_with_few_samples_is_neutral_and_labelled_with_its_n():
+    from draftgen.outputs.report import GREY, RED, provider_section, providers
+
+    rows = [
+        {
+            "provider": "Big",
+            "latency": 1.0,
+            "verified": True,
+            "truncated": False,
+            "cost": 0.1,
+            "errors": [],
+        }
+        for _ in range(6)
+    ] + [
+        {
+            "provider": "Tiny",
+            "latency": 2.0,
+            "verified": False,
+            "truncated": False,
+            "cost": 0.1,
+            "errors": [],
+        }
+    ]
+    table = providers(rows)
+    tiny = next(row for row in table if row["provider"] == "Tiny")
+    assert (tiny["samples"], tiny["verified_share"]) == (1, 0.0)
+    section = provider_section(table)
+    assert f'fill="{GREY}"><title>Tiny: ' in section and f'fill="{RED}"' not in section
+    assert ">2.000 s (n=1)</text>" in section and "</span>% (n=1)</td>" in section
+
+
+def test_bar_labels_wrap_at_a_readable_size_and_are_never_cut():
+    import re
+
+    from draftgen.outputs.report import LABEL_LINE, bar_chart
+
+    reason = (
+        "messages[3].content is a list of parts of which one is an image_url, which draftgen "
+        "cannot send to a text model"
+    )
+    chart = bar_chart(("rejected", "reasons"), {reason: 3, "short": 1}, lambda _: None, "rows")
+    width = int(re.search(r'<svg class="chart" viewBox="0 0 (\d+) ', chart).group(1))
+    assert width <= 600  # drawn at its size in a page column: 12 px text stays 12 px
+    spans = re.findall(r"<tspan [^>]*>([^<]*)</tspan>", chart)
+    assert all(len(line) <= LABEL_LINE for line in spans)
+    assert " ".join(spans[:-1]) == html.escape(reason, quote=True) and spans[-1] == "short"
+
+
+def test_throughput_axis_reads_in_human_units_without_overlap():
+    import re
+
+    from draftgen.outputs.report import TICK_ROOM, throughput, throughput_chart
+
+    # A batch answer: every completion stored within 2 ms.
+    burst = [{"created_at": 5000.0 + i * 0.00005, "completion_tokens": 7} for i in range(40)]
+    data = throughput(burst)
+    assert data["bucket_seconds"] == 1
+    chart = throughput_chart(data)
+    assert "completions per second</text>" in chart and "e-0" not in chart
+    # Ten minutes of steady work: buckets of 15 s, labelled in minutes and seconds.
+    steady = [{"created_at": 100.0 + 3 * i, "completion_tokens": 7} for i in range(200)]
+    chart = throughput_chart(throughput(steady))
+    assert "completions per 15 s</text>" in chart and ">10 min 0 s</text>" in chart
+    # Batches an hour apart are the batch API at work, not pauses.
+    batches = [
+        {"created_at": 3600.0 * b + i, "completion_tokens": 7} for b in range(3) for i in range(5)
+    ]
+    assert throughput(batches)["pauses"] and not throughput(batches, pauses=False)["pauses"]
+    chart = throughput_chart(throughput(batches, pauses=False))
+    assert "completions per 5 min</text>" in chart and "paused" not in chart
+    # Many pauses close together: the time labels that would overlap are left out.
+    sessions = [
+        {"created_at": 1000.0 * s + i, "completion_tokens": 7} for s in range(8) for i in range(3)
+    ]
+    chart = throughput_chart(throughput(sessions))
+    xs = [float(x) for x in re.findall(r'<text x="([\d.]+)" y="194" class="tick">', chart)]
+    assert len(xs) >= 2 and all(b - a >= TICK_ROOM for a, b in zip(xs, xs[1:], strict=False))
 
 
 def test_throughput_shows_a_pause_as_a_pause():
@@ -139,8 +295,8 @@ def test_throughput_shows_a_pause_as_a_pause():
     data = throughput(rows)
     assert data["pauses"] == [{"after": 10.0, "seconds": 7200.0}]
     assert sum(p["completions"] for p in data["points"]) == 42
-    # The buckets cover the 20 s of work, not 2 hours of empty ones.
-    assert data["bucket_seconds"] == 0.5 and len(data["points"]) == 42
+    # The buckets cover the 20 s of work, not 2 hours of empty ones (a second is the shortest).
+    assert data["bucket_seconds"] == 1 and len(data["points"]) == 22
     assert {p["segment"] for p in data["points"]} == {0, 1}
     from draftgen.outputs.report import throughput_chart
 
@@ -224,6 +380,13 @@ def test_rendered_page_shows_the_numbers_of_report_json(run_dir, report, tmp_pat
     for key in report["verification_reasons"]:
         assert ("verification_reasons", key) in paths, key
     assert ("providers", 0, "latency_p50") in paths and ("lengths", "answer", "p90") in paths
+    for key in (
+        ("time", "completion_tokens_per_second"),
+        ("time", "wall_seconds"),
+        ("flagged", "count"),
+        ("flagged", "failed"),
+    ):
+        assert key in paths, key
     for key in ("requests", "errors", "ejections", "latency_p50", "completion_tokens"):
         assert ("endpoints", 0, key) in paths, key
     for key in ("rejected", "reasons"), ("max_length_fit", 0, "share"), ("totals", "rejected"):

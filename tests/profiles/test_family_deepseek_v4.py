@@ -411,7 +411,7 @@ def test_the_server_call_renders_the_golden_cases(renderer, number):
     # asked for (the encoder keeps history reasoning itself when tools are declared).
     messages, mode, expected = GOLDEN[number]
     sent, tools = as_vllm_gets_them(messages)
-    variables = {"thinking": True} if mode == "thinking" else {}
+    variables = {"thinking": True} if mode == "thinking" else {"thinking": False}
     assert renderer.render(sent, tools, variables).text == expected
 
 
@@ -599,7 +599,8 @@ CLOSES = BOS + "<｜User｜>Hi<｜Assistant｜></think>"
 @pytest.mark.parametrize(
     ("variables", "expected"),
     [
-        ({}, CLOSES),  # the wrapper's default: chat
+        ({}, OPENS),  # the wrapper's default: thinking (vllm/tokenizers/deepseek_v4.py)
+        ({"thinking": False}, CLOSES),
         ({"thinking": True}, OPENS),
         ({"enable_thinking": True}, OPENS),
         ({"thinking": True, "reasoning_effort": "high"}, OPENS),
@@ -618,8 +619,9 @@ def test_the_thinking_switch_and_the_effort_paragraph(renderer, variables, expec
 def test_the_prompt_ids_are_v4_s(tokenizer, renderer):
     thinking = renderer.prompt_ids(renderer.render(HI, None, {"thinking": True}))
     assert thinking == [0, 128803, 23166, 128804, 128821]
-    chat = renderer.prompt_ids(renderer.render(HI, None, {}))
+    chat = renderer.prompt_ids(renderer.render(HI, None, {"thinking": False}))
     assert chat == [0, 128803, 23166, 128804, 128822]
+    assert renderer.prompt_ids(renderer.render(HI, None, {})) == thinking  # vLLM's default
     for text, token_id in {
         EOS: 1,
         "｜DSML｜": 128825,
@@ -678,7 +680,7 @@ PARIS_CALL = dsml(invoke("get_weather", ("city", "Paris", True)))
         (HISTORY, TOOLS, {"thinking": True},
          "<｜User｜>q1<｜Assistant｜><think>r1</think>a1" + EOS
          + "<｜User｜>q2<｜Assistant｜><think>"),
-        (HISTORY, None, {}, "<｜User｜>q1<｜Assistant｜></think>a1" + EOS
+        (HISTORY, None, {"thinking": False}, "<｜User｜>q1<｜Assistant｜></think>a1" + EOS
          + "<｜User｜>q2<｜Assistant｜></think>"),
         # Tool results are a user turn: without declared tools the calling turn is history.
         (TOOL_HISTORY, None, {"thinking": True},
@@ -771,8 +773,16 @@ V4_FAMILIES = {
         markup=PARIS_CALL,
         variables=(("thinking", True), ("reasoning_effort", "max")),
     ),
-    # The encoder's (and vLLM's wrapper's) default is chat: the prompt ends "</think>".
-    "chat": Family("deepseek-v4", EOS, "", "", thinks=False, markup=PARIS_CALL),
+    # Thinking off (vLLM's wrapper thinks by default): the prompt ends "</think>".
+    "chat": Family(
+        "deepseek-v4",
+        EOS,
+        "",
+        "",
+        thinks=False,
+        markup=PARIS_CALL,
+        variables=(("thinking", False),),
+    ),
 }
 
 
@@ -835,7 +845,7 @@ def test_two_calls_with_typed_values_are_proven_from_text(tokenizer):
 def test_a_call_without_content_in_chat_mode(tokenizer):
     calls = [call("get_weather", '{"city": "Paris"}', "call_a")]
     generated = PARIS_CALL + EOS
-    stored, ids = tool_turn(tokenizer, calls, generated, None, variables=())
+    stored, ids = tool_turn(tokenizer, calls, generated, None, variables=(("thinking", False),))
     assert stored.rendering.text.endswith("<｜Assistant｜></think>")
     sample = reconstruct_sample(stored, tokenizer, DEEPSEEK_V4)
     assert sample.input_ids == ids
@@ -857,7 +867,8 @@ def test_a_container_value_s_spelling_is_not_proven(tokenizer):
 
 
 @pytest.mark.parametrize(
-    "variables", [{}, {"thinking": True}, {"thinking": True, "reasoning_effort": "max"}]
+    "variables",
+    [{"thinking": False}, {"thinking": True}, {"thinking": True, "reasoning_effort": "max"}],
 )
 def test_the_simulated_model_writes_the_v4_layout(tokenizer, variables):
     from draftgen.simulator import wire
@@ -873,7 +884,7 @@ def test_the_simulated_model_writes_the_v4_layout(tokenizer, variables):
         rendering = ChatRenderer(tokenizer, DEEPSEEK_V4).render(USER, tools, variables)
         output = generate(table, prompt_layout(rendering.text, DEEPSEEK_V4), plan, rng, None)
         text = "".join(s.text for s in output.sections)
-        assert ("</think>" in text) == bool(variables)
+        assert ("</think>" in text) == variables["thinking"]
         if tools:
             assert text.endswith(PARIS_CALL + EOS)
         if not is_canonical(table, output):
@@ -925,9 +936,9 @@ def simulated_run(tmp_path, monkeypatch, backend, effort, quirks=None, faults=No
     return truth, exported, text_checks(tmp_path)
 
 
-@pytest.mark.parametrize("kwargs", [{"thinking": True}, None])
+@pytest.mark.parametrize("kwargs", [{"thinking": False}, None])
 def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch, kwargs):
-    # vLLM takes the switch as chat_template_kwargs; none leaves the wrapper's default (chat).
+    # vLLM takes the switch as chat_template_kwargs; none leaves the wrapper's default (thinking).
     truth, exported, checks = simulated_run(tmp_path, monkeypatch, "vllm", None, kwargs=kwargs)
     assert len(exported) == len(truth) >= 16
     tool_calls = agree = 0
@@ -935,8 +946,8 @@ def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch, kwargs):
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
         assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
-        # The prompt ends <think> with thinking on, </think> without (the wrapper's default).
-        assert record["prompt_ids"][-1] == (128821 if kwargs else 128822)
+        # The prompt ends <think> with thinking on (the wrapper's default), </think> without.
+        assert record["prompt_ids"][-1] == (128822 if kwargs else 128821)
         tool_calls += record["finish_reason"] == "tool_calls"
         if record["text_exact"]:
             assert checks[row["key"]] == "agrees", record

@@ -95,15 +95,23 @@ def test_arguments_become_objects_as_vllm_parses_them():
         {"id": "c2", "function": {"name": "f", "arguments": ""}},
         {"id": "c3", "function": {"name": "f", "arguments": "{not json"}},
     ]
-    prepared = server_messages(messages, QWEN3)
+    prepared = server_messages(messages, QWEN3, "{{ messages }}")
     calls = prepared[1]["tool_calls"]
-    assert [c["function"]["arguments"] for c in calls] == [{"city": "Paris"}, {}, "{not json"]
+    # vLLM's _postprocess_messages: what is not a JSON object's text becomes {}.
+    assert [c["function"]["arguments"] for c in calls] == [{"city": "Paris"}, {}, {}]
     assert prepared[1]["reasoning"] == prepared[1]["reasoning_content"] == "R"
     assert messages[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'  # copy
 
 
-def test_deepseek_v31_keeps_argument_text_for_its_concatenating_template():
-    prepared = server_messages(HISTORY, DEEPSEEK_V3)
+def test_deepseek_v31_tool_history_is_refused_as_vllm_refuses_it():
+    """vLLM parses arguments for every family; V3.1's template joins them as text and raises."""
+    tokenizer = load_tokenizer("fixture:deepseek-v3.1")
+    rendering = ChatRenderer(tokenizer, DEEPSEEK_V3).render(HISTORY, None, {}, NOON)
+    assert rendering.error.startswith("TemplateError: DeepSeek-V3.1's chat template joins")
+
+
+def test_python_encoders_are_given_the_parsed_arguments_as_json_text():
+    prepared = server_messages(HISTORY, DEEPSEEK_V3, encoder=True)
     assert prepared[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
 
 
@@ -303,8 +311,11 @@ class SegmentedChat:
         text = super().apply_chat_template(conversation, tokenize=False, **kwargs)
         if not tokenize:
             return text
-        head, _, rest = text.partition(conversation[-1]["content"])
-        user = self.encode(conversation[-1]["content"].replace("<|im_end|>", "< |im_end|>"))
+        content = conversation[-1]["content"]
+        if isinstance(content, list):  # Kimi's template takes content as parts
+            content = "".join(part["text"] for part in content)
+        head, _, rest = text.partition(content)
+        user = self.encode(content.replace("<|im_end|>", "< |im_end|>"))
         return {"input_ids": [encode(self, head) + user + encode(self, rest)]}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from draftgen.backends import ConfigTable, SettingsError, config_tables
 from draftgen.errors import DraftgenError
 from draftgen.inputs.mix import DatasetSpec
+from draftgen.redact import described
 
 CONFIG_NAME = "draftgen.toml"
 # Options about finding the file itself: they have no key in it.
@@ -233,21 +234,27 @@ def _scalar(path: Path, key: str, action: argparse.Action, value: Any, base: Pat
         ok = isinstance(value, str)
     if not ok:
         expected = {int: "an integer", float: "a number"}.get(kind, "a string")
-        raise ConfigError(f"{path}: {key} must be {expected}, not {_kind(value)} {value!r}")
+        raise ConfigError(f"{path}: {key} must be {expected}, not {_shown(value)}")
     converted = value
     if action.type is not None:
         try:
             converted = action.type(str(value))  # the flag's own converter, as for its text
         except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{path}: {key} = {value!r} is refused: {exc}") from None
+            raise ConfigError(f"{path}: {key} = {described(value)} is refused: {exc}") from None
     if action.choices is not None and converted not in action.choices:
         choices = ", ".join(str(c) for c in action.choices)
-        raise ConfigError(f"{path}: {key} must be one of {choices}, not {value!r}")
+        raise ConfigError(f"{path}: {key} must be one of {choices}, not {described(value)}")
     if _is_path(action) and not Path(str(converted)).is_absolute():
         # Relative paths in a file are relative to that file, wherever draftgen is started.
         joined = base / str(converted)
         converted = joined if isinstance(converted, Path) else str(joined)
     return converted
+
+
+def _shown(value: Any) -> str:
+    """A mistyped value as an error names it: never verbatim when it could be a key."""
+    shown = described(value)
+    return shown if shown.startswith("a ") else f"{_kind(value)} {shown}"
 
 
 def _value_kind(action: argparse.Action) -> type:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from draftgen import __version__
-from draftgen.redact import redact
+from draftgen.redact import NUMBER, described, printable, redact
 
 EXIT_ERROR = 2  # the run cannot go on as asked: the message says why
 EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
@@ -47,7 +47,11 @@ class DraftgenParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        self.exit(EXIT_ERROR, f"{self.prog}: {redact(message)} (see {self.prog} --help)\n")
+        message = _ARGPARSE_VALUE.sub(
+            lambda m: m.group("what") + described(_unquoted(m.group("value"))), message
+        )
+        _say_error(f"{self.prog}: {printable(redact(message))} (see {self.prog} --help)")
+        self.exit(EXIT_ERROR)
 
     def parse_args(self, args=None, namespace=None):
         namespace, extras = self.parse_known_args(args, namespace)
@@ -55,6 +59,21 @@ class DraftgenParser(argparse.ArgumentParser):
             command = _subparsers(self).get(getattr(namespace, "command", None) or "")
             (command or self).error(unknown_arguments(extras, command or self))
         return namespace
+
+
+# The value argparse quotes in its own errors (a type converter's ValueError, a wrong choice).
+_ARGPARSE_VALUE = re.compile(
+    r"(?P<what>invalid (?:\w+ value|choice): )(?P<value>'(?:[^'\\]|\\.)*'|\"[^\"]*\")"
+)
+
+
+def _unquoted(text: str) -> str:
+    import ast
+
+    try:
+        return str(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        return text[1:-1]
 
 
 def unknown_arguments(extras: list[str], parser: argparse.ArgumentParser) -> str:
@@ -65,15 +84,45 @@ def unknown_arguments(extras: list[str], parser: argparse.ArgumentParser) -> str
         flag = flags[0]
         if flag in RENAMED_FLAGS:
             return f"{flag} was renamed {RENAMED_FLAGS[flag]}"
-        if _KEY_FLAG.search(flag):
-            return f"unknown option {flag} (its value is not shown); {KEYS_GO_IN_THE_ENVIRONMENT}"
-        known = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        close = closest_option(flag, parser)
         more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
+        if _KEY_FLAG.search(flag):
+            if close is None or "key" in close:
+                return (
+                    f"unknown option {flag} (its value is not shown); {KEYS_GO_IN_THE_ENVIRONMENT}"
+                )
+            return f"unknown option {flag} (its value is not shown){more}; did you mean {close}?"
+        hint = f"; did you mean {close}?" if close else ""
         return f"unknown option {flag}{more}{hint}"
-    shown = ", ".join(repr(redact(value)) for value in values[:3])
+    shown = ", ".join(described(value) for value in values[:3])
     return f"unexpected argument{'s' if len(values) > 1 else ''} {shown}"
+
+
+# Flags of other tools that people type for draftgen's (vLLM's benchmarks, OpenAI's API, datasets
+# scripts): suggested when the command has the option they stand for.
+OTHER_TOOLS_FLAGS = {
+    "--num-prompts": "--limit",
+    "--num-samples": "--limit",
+    "--max-samples": "--limit",
+    "--n": "--completions-per-turn",
+    "--output": "--out",
+    "--output-dir": "--out",
+    "--api-base": "--base-url",
+    "--format-input": "--input-format",
+}
+
+
+def closest_option(flag: str, parser: argparse.ArgumentParser) -> str | None:
+    """The option of ``parser`` that ``flag`` most likely meant: the same name with ``_`` for
+    ``-`` or another case, the option another tool calls so, or one spelled nearly the same."""
+    known = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    normal = "--" + flag.lstrip("-").replace("_", "-").lower()
+    if normal in known:
+        return normal
+    if OTHER_TOOLS_FLAGS.get(normal) in known:
+        return OTHER_TOOLS_FLAGS[normal]
+    close = difflib.get_close_matches(normal, known, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -363,9 +412,15 @@ def _add_export(commands) -> None:
     _add_out(
         export,
         "PATH",
-        "the file to write (a directory for --format hf); replaced if it exists",
+        "the file to write (a directory for --format hf); an earlier export of this run there "
+        "is replaced, anything else only with --force",
     )
     _add_include_unverified(export, "also write unverified and truncated samples (verified: false)")
+    export.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --out file even if it is not an earlier export of this run",
+    )
 
 
 def _add_vocab(commands) -> None:
@@ -841,8 +896,9 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-json",
         action="store_true",
-        help="write log records as JSON lines (ts, level, logger, message, fields) instead of "
-        "text; the rich display on a terminal is unchanged",
+        help="write every line on stderr as JSON (ts, level, logger, message, fields): log "
+        "records, errors and notices alike; a run's live display gives way to its progress "
+        "records",
     )
 
 
@@ -881,6 +937,34 @@ def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "--log-json" not in argv:
+        return _main(argv)
+    # Every line on stderr is JSON, from the first (a flag argparse refuses) to the last.
+    from draftgen.logs import JsonLineStream
+
+    stream, saved = JsonLineStream(sys.stderr), sys.stderr
+    sys.stderr = stream
+    try:
+        return _main(argv)
+    finally:
+        stream.finish()
+        sys.stderr = saved
+
+
+def _say_error(text: str) -> None:
+    """An error for the user on stderr (a JSON record of level error under --log-json)."""
+    stream = sys.stderr
+    level = getattr(stream, "level", None)
+    if level is not None:
+        stream.level = "error"
+    try:
+        print(text, file=stream)
+    finally:
+        if level is not None:
+            stream.level = level
+
+
+def _main(argv: list[str]) -> int:
     # Unless an argument names an engine command, the command run is none of them.
     engine = any(arg in ENGINE_COMMANDS for arg in argv)
     args = build_parser(engine_options=engine).parse_args(argv)
@@ -890,7 +974,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        print("draftgen: interrupted; everything stored so far is kept", file=sys.stderr)
+        _say_error("draftgen: interrupted; everything stored so far is kept")
         return 130
     except BrokenPipeError:
         # The reader of stdout stopped (``status --json | head``): nothing is wrong, say nothing.
@@ -898,22 +982,27 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except OSError as exc:  # a path the user gave that cannot be read or written
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"draftgen: {redact(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
+        _say_error(f"draftgen: {shown(f'{exc.strerror or exc}{where}')}")
         return EXIT_ERROR
     except Exception as exc:
         if _is_user_error(exc):
-            print(f"draftgen: {redact(str(exc))}", file=sys.stderr)
+            _say_error(f"draftgen: {shown(str(exc))}")
             return EXIT_ERROR
         if args.log_level == "debug":
             raise
         # A bug, not a usage error: one line, and where to get the whole story.
-        print(
+        _say_error(
             f"draftgen: internal error: {exc.__class__.__name__}: "
-            f"{redact(str(exc).splitlines()[0] if str(exc) else '')} (rerun with "
-            "draftgen --log-level debug ... for the traceback, and please report it)",
-            file=sys.stderr,
+            f"{shown(str(exc).splitlines()[0] if str(exc) else '')} (rerun with "
+            "draftgen --log-level debug ... for the traceback, and please report it)"
         )
         return EXIT_INTERNAL
+
+
+def shown(text: str) -> str:
+    """A message that may quote a server or a file, as it may be printed: keys masked, control
+    characters (ANSI escapes among them) written as escapes."""
+    return printable(redact(text), newlines=True)
 
 
 def _silence_stdout() -> None:
@@ -952,7 +1041,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     if summary.stopped:
-        print(f"draftgen: stopped: {redact(summary.stopped)}", file=sys.stderr)
+        print(f"draftgen: stopped: {shown(summary.stopped)}", file=sys.stderr)
         return EXIT_STOPPED
     return 0
 
@@ -1032,7 +1121,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from draftgen.api import RunDir
 
     written, snapshot = RunDir.open(args.run_dir).export(
-        args.format, args.out, args.include_unverified
+        args.format, args.out, args.include_unverified, args.force
     )
     _say_snapshot(snapshot, args.run_dir)
     print(f"wrote {written} rows to {args.out}")
@@ -1073,6 +1162,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from draftgen.api import RunDir
 
+    runs = RunDir.runs_under(args.run_dir)
+    if runs:  # a folder of runs: one line each
+        listed = {str(run.path): run.status() for run in runs}
+        if args.json:
+            print(orjson.dumps({"runs": listed}, option=orjson.OPT_INDENT_2).decode())
+        else:
+            print(format_run_list(listed, args.run_dir))
+        return 0
     counts = RunDir.open(args.run_dir).status()
     if args.json:
         print(orjson.dumps(counts, option=orjson.OPT_INDENT_2).decode())
@@ -1081,11 +1178,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_run_list(listed: dict[str, dict], folder: Path) -> str:
+    """The runs of a folder, a line each: samples, verified, failures, cost, and whether one is
+    active."""
+    lines = [f"{folder} holds {len(listed)} draftgen run{'s' if len(listed) != 1 else ''}:"]
+    width = max(len(path) for path in listed)
+    for path, counts in listed.items():
+        failures = sum((counts.get("failures") or {}).values())
+        share = f" ({counts['verified'] / counts['samples']:.1%})" if counts["samples"] else ""
+        active = "  (active)" if counts.get("active_run") else ""
+        lines.append(
+            f"  {path:<{width}}  {counts['completions']} completions, {counts['samples']} "
+            f"samples, verified {counts['verified']}{share}, {failures} failures, "
+            f"${counts['cost']:.4f}{active}"
+        )
+    lines.append("draftgen status RUN_DIR shows one of them in full")
+    return "\n".join(lines)
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from draftgen.generate.batch.cancel import cancel_batches
 
     for line in asyncio.run(cancel_batches(args.run_dir, args.api_key_env)):
-        print(line)
+        print(shown(line))
     return 0
 
 
@@ -1127,7 +1242,7 @@ def format_status(counts: dict, run_dir: Path) -> str:
     from draftgen.store.database import REJECTED_NAME
 
     retried = counts.get("retried_errors") or {}
-    kinds = ", ".join(f"{kind} {count}" for kind, count in retried.items())
+    kinds = ", ".join(f"{printable(kind)} {count}" for kind, count in retried.items())
     share = f" ({counts['verified'] / counts['samples']:.1%})" if counts["samples"] else ""
     lines = [
         f"run {run_dir}",
@@ -1146,10 +1261,11 @@ def format_status(counts: dict, run_dir: Path) -> str:
         ("final failures", counts["failures"]),
     ):
         lines.append(f"  {title}:" + ("" if table else " none"))
-        lines.extend(f"    {name:<28} {count}" for name, count in table.items())
+        # Finish reasons and failure reasons are the servers' words: printed defused.
+        lines.extend(f"    {printable(name):<28} {count}" for name, count in table.items())
     rejected = counts.get("rejected_reasons") or {}
     lines.append("  rejected rows:" + ("" if rejected else " none"))
-    lines.extend(f"    {count:>6}  {kind}" for kind, count in rejected.items())
+    lines.extend(f"    {count:>6}  {printable(kind)}" for kind, count in rejected.items())
     if counts.get("active_run"):
         lines.insert(
             1,
@@ -1166,7 +1282,7 @@ def format_batches(batches: dict) -> list[str]:
     """Batches of run --batch: those in flight, the final ones, and what the API charged."""
     if not batches:
         return []  # a live run
-    final = ", ".join(f"{count} {status}" for status, count in batches["final"].items())
+    final = ", ".join(f"{count} {printable(status)}" for status, count in batches["final"].items())
     lines = [
         f"  batches:  {len(batches['in_flight'])} in flight ({batches['rows_in_flight']} rows), "
         f"{sum(batches['final'].values())} final" + (f" ({final})" if final else ""),
@@ -1189,7 +1305,7 @@ def format_batches(batches: dict) -> list[str]:
     for batch in batches["in_flight"]:
         name = batch["batch_id"] or f"intent {batch['nonce']} (create unconfirmed)"
         status = batch["status"] or ("not yet seen" if batch["batch_id"] else "reconciling")
-        lines.append(f"    {name}: {status}, {batch['rows']} rows")
+        lines.append(f"    {printable(name)}: {printable(status)}, {batch['rows']} rows")
     if batches["in_flight"]:
         lines.append(
             "    the same run command (or run --batch-detach) stores their results; draftgen "
@@ -1204,14 +1320,16 @@ def format_endpoints(endpoints: dict) -> list[str]:
         return []  # a store from before endpoints were recorded
     lines = ["  endpoints:"]
     for url, row in endpoints.items():
-        kinds = ", ".join(f"{kind} {count}" for kind, count in row["error_kinds"].items())
+        kinds = ", ".join(
+            f"{printable(kind)} {count}" for kind, count in row["error_kinds"].items()
+        )
         latency = row["latency_mean"]
         state = []
         if row["ejections"]:
             state.append(f"ejected {row['ejections']}x, readmitted {row['readmissions']}x")
         if row["removed"]:
             state.append("removed (misconfigured)")
-        lines.append(f"    {url}" + (f"  [{'; '.join(state)}]" if state else ""))
+        lines.append(f"    {printable(url)}" + (f"  [{'; '.join(state)}]" if state else ""))
         errors = f"errors {row['errors']}" + (f" ({kinds})" if kinds else "")
         seconds = f"{latency:.3f} s" if latency is not None else "-"
         lines.append(
@@ -1273,7 +1391,7 @@ def _float(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{described(text)} is not a number") from None
 
 
 class _AppendUrl(argparse.Action):
@@ -1308,13 +1426,18 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _number(text: str) -> str:
+    """A flag's value in its error: a number as written, anything else ``described``."""
+    return text if NUMBER.fullmatch(text) else described(text)
+
+
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a whole number of 0 or more")
+        raise argparse.ArgumentTypeError(f"{_number(text)} is not a whole number of 0 or more")
     return value
 
 
@@ -1324,7 +1447,7 @@ def _positive_int(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+        raise argparse.ArgumentTypeError(f"{_number(text)} is not a positive integer")
     return value
 
 

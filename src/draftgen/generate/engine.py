@@ -49,7 +49,7 @@ from draftgen.inputs.plan import (
 from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings, Rendering
-from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store, StoreError
+from draftgen.store.database import REJECTED_NAME, SampleTally, Store, StoreError, StoreHalted
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 from draftgen.tokens.tokenizer import load_tokenizer
 
@@ -83,7 +83,8 @@ class LiveGeneration:
         self.progress = RunProgress(total_rows=total_rows)
         self.stored = StoredTurns(store)
         self.inflight: dict[str, asyncio.Future] = {}
-        self.writer = CompletionWriter(store.path)
+        self.writer = store.open_writer()  # checks the store's file after every commit
+        self.halted: StoreHalted | None = None  # the store took no more: the run's error
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
         retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
         # The run checked the name before the first request.
@@ -188,6 +189,8 @@ class LiveGeneration:
                 f"stopped: {exc}; everything generated so far is stored in {self.options.out} "
                 "and the same command resumes"
             ) from None
+        except StoreHalted as exc:  # its sentence says where the rows are and what to do
+            raise RunError(str(exc)) from None
         except StoreError as exc:
             raise RunError(
                 f"{exc}; what was committed before is safe: fix the cause (disk space, "
@@ -198,6 +201,17 @@ class LiveGeneration:
             for task in (self.producer, *self.workers):
                 task.cancel()
             await asyncio.gather(self.producer, *self.workers, return_exceptions=True)
+        if self.halted is not None:
+            raise RunError(str(self.halted)) from None
+
+    def halt(self, error: StoreHalted) -> None:
+        """The store takes no more (its file is gone, the disk refused a write too long): send
+        nothing new and give the requests in flight, already paid for, ``shutdown_grace``
+        seconds to reach the writer, which keeps them where ``error`` says; then stop with it."""
+        if self.halted is None:
+            self.halted = error
+            self.request_stop(str(error))
+            asyncio.get_running_loop().call_later(self.options.shutdown_grace, self.abandon)
 
     def request_stop(self, reason: str) -> None:
         """Send nothing new and let workers finish their turn in hand; the first reason stays."""
@@ -339,6 +353,9 @@ class LiveGeneration:
                 return
             except BudgetReached as exc:
                 self.request_stop(str(exc))
+                return
+            except StoreHalted as exc:
+                self.halt(exc)
                 return
             except GenerationFailed:
                 await self.fail_rest(plans[index + 1 :], "earlier_turn_failed")
@@ -490,13 +507,15 @@ def _in_lists(items: Iterator, size: int) -> Iterator[list]:
 
 
 class SignalStop:
-    """Ctrl-C and SIGTERM during a live run: the first stops sending and gives the requests in
-    flight ``shutdown_grace`` seconds; a second, or the grace's end, abandons them.
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal or SSH session) during a live run: the
+    first stops sending and gives the requests in flight ``shutdown_grace`` seconds; a second,
+    or the grace's end, abandons them.
 
     The one place the engine writes to stderr itself: the user pressed a key and waits for word.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # SIGHUP's default would end the process at once, losing the responses in flight.
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self, engine: LiveGeneration, loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine

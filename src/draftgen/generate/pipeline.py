@@ -32,7 +32,7 @@ from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.profiles import ModelProfile
 from draftgen.records import GenerationSettings
-from draftgen.store.database import REJECTED_NAME, RunLock, Store, StoreError
+from draftgen.store.database import REJECTED_NAME, Store, StoreError
 from draftgen.tokens.rendering import tokenizer_profile
 from draftgen.tokens.tokenizer import tokenizer_digest
 
@@ -359,9 +359,9 @@ async def _run(
 ) -> RunSummary:
     """``run`` once its reconstruction is on its way."""
     profile = run_profile(options)
-    store = Store(options.out)
-    lock = RunLock(options.out)
-    lock.acquire()
+    # Locked against other runs, its files checked, what a lost store or a full disk left taken
+    # back; closing the store lets go of the lock.
+    store = Store.open_run(options.out)
     try:
         check_shard(store, options.shard, options.out)
         store.check_settings(settings.as_dict())
@@ -406,9 +406,11 @@ async def _run(
             if simulator is not None:
                 await simulator.close()
         await reconstruction.finish(interrupted=progress.stopped == "interrupted")
+        # A store deleted after the last commit would otherwise end the run "done" with its rows
+        # in a file nothing can open again.
+        store.identity.check(store.db)
         return RunSummary(progress=progress, counts=store.counts(), stopped=progress.stopped)
     finally:
-        lock.release()
         store.close()
 
 

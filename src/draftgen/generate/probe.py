@@ -141,7 +141,19 @@ class _Checker:
                     f"{target}; draftgen does not follow redirects, so use the final URL as "
                     "--base-url"
                 )
-            return response.status, await response.read()
+            body = await response.read()
+            kind = response.headers.get("Content-Type", "").split(";")[0] or "no content type"
+            page = response.status < 300 or kind == "text/html"
+            if page and body.strip() and not _is_json(body):
+                # An HTML login page or a static file server answers everything: it is not the
+                # API, and every request would fail as a dropped connection or a server error.
+                # (A plain-text 404 is a route the API lacks, as aiohttp answers one.)
+                raise ProbeError(
+                    f"GET {endpoint_label(url)} answered HTTP {response.status} with {kind} "
+                    f"({_start(body)}), not JSON: this is not an OpenAI-compatible API; check "
+                    "--base-url (it usually ends in /v1, or /api/v1 for OpenRouter)"
+                )
+            return response.status, body
 
     def _refused(self, label: str, status: int, body: bytes) -> ProbeError:
         if not self.api_key:
@@ -245,6 +257,20 @@ def _key_label(body: bytes) -> str:
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return ""
     return label if isinstance(label, str) else ""
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _start(body: bytes) -> str:
+    """The first characters of a body, on one line, redacted: enough to recognise a page."""
+    text = " ".join(body[:200].decode("utf-8", "replace").split())
+    return repr(redact(text[:60] + ("..." if len(text) > 60 else "")))
 
 
 def _answered(status: int) -> str:

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from draftgen.redact import printable
+
 _log = logging.getLogger("draftgen.progress")
 RATE_WINDOW = 60.0  # seconds of recent rows the ETA's rate is measured over
 ETA_MIN_ROWS = 3  # rows of new work, and
@@ -144,13 +146,11 @@ class RunProgress:
                 "stored as they arrive"
             )
         if self.stopped:
-            return f"stopping: {self.stopped}"
+            return f"stopping: {printable(self.stopped)}"
         return "running"
 
     def errors_text(self) -> str:
-        retried = ", ".join(f"{k} {v}" for k, v in self.retried.most_common()) or "none"
-        failed = ", ".join(f"{k} {v}" for k, v in self.failures.most_common()) or "none"
-        return f"retried: {retried}; failed turns: {failed}"
+        return f"retried: {counted(self.retried)}; failed turns: {counted(self.failures)}"
 
     def line(self) -> str:
         share = self.verified_share()
@@ -246,16 +246,19 @@ class ProgressDisplay:
         table.add_row("generated", f"{p.turns_done} turns ({p.turns_done / p.elapsed():.1f}/s)")
         table.add_row("from the store", f"{p.turns_reused} turns (stored by an earlier run)")
         table.add_row("duplicates", f"{p.turns_duplicate} turns (identical turns, sent once)")
-        failed = ", ".join(f"{k} {v}" for k, v in p.failures.most_common()) or "none"
-        retried = ", ".join(f"{k} {v}" for k, v in p.retried.most_common()) or "none"
-        table.add_row("failed turns", failed)
-        table.add_row("retried attempts", retried)
+        table.add_row("failed turns", counted(p.failures))
+        table.add_row("retried attempts", counted(p.retried))
         table.add_row("verified so far", f"{share:.1%}" if share is not None else "-")
         table.add_row("tokens", f"prompt {p.prompt_tokens}, completion {p.completion_tokens}")
         table.add_row("cost so far", f"${p.cost:.4f}")
         table.add_row("elapsed", _clock(p.elapsed()))
         table.add_row("ETA", _clock(p.eta_seconds()))
         return table
+
+
+def counted(counter: collections.Counter) -> str:
+    """``kind N, kind N`` by count; a kind may carry a server's words, so it is printed defused."""
+    return ", ".join(f"{printable(k)} {v}" for k, v in counter.most_common()) or "none"
 
 
 def _clock(seconds: float | None) -> str:

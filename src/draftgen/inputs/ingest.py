@@ -22,8 +22,12 @@ from draftgen.errors import DraftgenError
 
 OPENAI_ROLES = frozenset({"system", "user", "assistant", "tool"})
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant"}
-# One row larger than this is refused without being held in memory whole.
-MAX_ROW_BYTES = 64 << 20
+# One row larger than this is refused without being held in memory whole: a 20 MB message cost
+# 5.1 GB on its way through rendering and tokenizing, and no context window holds 8 MiB of text.
+MAX_ROW_BYTES = 8 << 20
+# Levels of lists and objects one field of a row may nest (a tool schema uses under 20): deeper
+# values overflow orjson's serializer (254 levels) and Python's recursion downstream.
+MAX_ROW_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ def resolve_format(path: str, format: str | None) -> tuple[str, bool]:
             f"{path}: input format {format!r} is unknown; use one of {', '.join(INPUT_FORMATS)}"
         )
     glaive = format == "glaive"
+    if format == "jsonl":
+        _refuse_json_array(path, "pass --input-format json")
     if format in ("jsonl", "json", "parquet", "hf"):
         return format, glaive
     if os.path.isdir(path):
@@ -106,7 +112,24 @@ def resolve_format(path: str, format: str | None) -> tuple[str, bool]:
         return "parquet", glaive
     if suffix == ".json" and _first_byte(path) == b"[":
         return "json", glaive
-    return "jsonl", glaive  # .jsonl, .ndjson, and .json files of one object per line
+    # .jsonl, .ndjson, and .json files of one object per line
+    _refuse_json_array(path, "name it .json" if glaive else "pass --input-format json")
+    return "jsonl", glaive
+
+
+def _refuse_json_array(path: str, fix: str) -> None:
+    """InputError for a JSON array of rows (a JSON lines row is never an array) read as JSON
+    lines: one sentence for the file, not one rejection for each of its lines. Only a file
+    that is one whole array of objects is taken for one; anything else is read line by line."""
+    try:
+        if _first_byte(path) != b"[":
+            return
+        with open(path, "rb") as handle:
+            value = orjson.loads(handle.read())
+    except (OSError, orjson.JSONDecodeError):
+        return  # reading it line by line says what is wrong with each line
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        raise InputError(f"{path} holds a JSON array, not JSON lines: {fix}")
 
 
 def _first_byte(path: str) -> bytes:
@@ -293,6 +316,14 @@ def parse_row(
     try:
         row = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            # orjson calls every encoding error "surrogates not allowed": say what it is.
+            raise RowError(
+                f"line {line} is not valid UTF-8 (byte 0x{raw[bad.start]:02x} at offset "
+                f"{bad.start}); re-encode the file as UTF-8 or remove the row"
+            ) from None
         raise RowError(f"line is not valid JSON ({exc}); fix or remove it") from None
     if not isinstance(row, dict):
         raise RowError("row is not a JSON object; each line must be one object with 'messages'")
@@ -305,15 +336,15 @@ def parse_record(
     """One decoded row (a dict) to a conversation; RowError says why it cannot be used."""
     if not isinstance(row, dict):
         raise RowError(f"row is a {_json_kind(row)}, not an object with 'messages'")
+    check_row_limits(row)
     tools = row.get("tools")
     if isinstance(tools, str):  # Parquet and datasets columns often hold the schemas as JSON text
-        try:
-            tools = orjson.loads(tools) if tools.strip() else None
-        except orjson.JSONDecodeError:
+        tools = _json_text(tools, "'tools'")
+        if tools is _NOT_JSON:
             raise RowError(
                 "'tools' must be a list of objects (OpenAI function schemas) or absent, not a "
                 "string that is not JSON"
-            ) from None
+            )
     if glaive or ("chat" in row and "messages" not in row and "conversations" not in row):
         messages, glaive_tools = glaive_messages(row)
         tools = glaive_tools if tools is None else tools
@@ -340,6 +371,85 @@ def parse_record(
         input=input,
         line=line,
     )
+
+
+def check_row_limits(row: dict) -> None:
+    """RowError if a field of ``row`` nests deeper than ``MAX_ROW_DEPTH`` or the row holds more
+    than ``MAX_ROW_BYTES`` of text (rows read whole, not from lines): checked before anything
+    else reads the row, so no later stage meets a value it cannot serialize or afford."""
+    text = 0
+    for key, value in row.items():
+        depth, chars = _shape(value)
+        text += len(key) + chars
+        if depth > MAX_ROW_DEPTH:
+            raise RowError(_too_deep(f"'{key}'", depth))
+    if text > MAX_ROW_BYTES:
+        raise RowError(
+            f"row holds {text / 2**20:.0f} MiB of text, over the {MAX_ROW_BYTES >> 20} MiB limit "
+            "of one row; split or shorten it"
+        )
+
+
+def _too_deep(what: str, depth: int | str) -> str:
+    return (
+        f"{what} nests {depth} levels deep; draftgen takes at most {MAX_ROW_DEPTH}: fix or "
+        "remove the row"
+    )
+
+
+def _shape(value: object) -> tuple[int, int]:
+    """(levels of lists and objects, characters of text) of a decoded JSON value, walked a level
+    at a time: no recursion, so no depth can overflow the walk itself."""
+    depth = chars = 0
+    level = [value]
+    while level:
+        inner: list = []
+        nested = False
+        for item in level:
+            if isinstance(item, str):
+                chars += len(item)
+            elif isinstance(item, dict):
+                nested = True
+                chars += sum(len(key) for key in item if isinstance(key, str))
+                inner.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                nested = True
+                inner.extend(item)
+        if not nested:
+            break
+        depth += 1
+        level = inner
+    return depth, chars
+
+
+_NOT_JSON = object()
+
+
+def _json_text(text: str, what: str) -> object:
+    """A field that holds JSON as text, decoded and held to the depth limit; ``_NOT_JSON`` if it
+    is not JSON (None for blank text)."""
+    if not text.strip():
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):  # orjson stops at 1024 levels
+            raise RowError(_too_deep(what, "over 1024")) from None
+        return _NOT_JSON
+    depth = _shape(value)[0]
+    if depth > MAX_ROW_DEPTH:
+        raise RowError(_too_deep(what, depth))
+    return value
+
+
+def _check_arguments_depth(tool_calls: list, where: str) -> None:
+    # Arguments are JSON text that profiles parse (with Python's recursive json) to rebuild
+    # markup: held to the same limit as the row's own values.
+    for index, call in enumerate(tool_calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str) and arguments.lstrip()[:1] in ("{", "["):
+            _json_text(arguments, f"{where}.tool_calls[{index}].function.arguments")
 
 
 def _without_nulls(row: object) -> object:
@@ -496,6 +606,7 @@ def _openai_messages(value: object) -> list[dict]:
         if role == "assistant" and tool_calls:
             if not isinstance(tool_calls, list):
                 raise RowError(f"{where}.tool_calls must be a list")
+            _check_arguments_depth(tool_calls, where)
             clean["tool_calls"] = tool_calls
         if role == "tool" and "tool_call_id" in message:
             clean["tool_call_id"] = message["tool_call_id"]

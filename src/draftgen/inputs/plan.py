@@ -56,7 +56,7 @@ def sample_chains(plans: list[TurnPlan], samples: int) -> list[list[TurnPlan]]:
 
     Sample 0 is ``plans`` itself, so runs made before ``--samples`` existed resume unchanged;
     sample k > 0 gets keys derived from sample 0's and the source id ``ID#k`` (turn k+1 of a
-    sample follows that sample's own answer to turn k).
+    sample follows that sample's own answer to turn k), ``ID`` as ``sample_source_id`` spells it.
     """
     chains = [plans]
     for sample in range(1, samples):
@@ -72,6 +72,17 @@ def sample_chains(plans: list[TurnPlan], samples: int) -> list[list[TurnPlan]]:
             ]
         )
     return chains
+
+
+def sample_source_id(row_id: str, sample: int = 0) -> str:
+    """The source id stored (and exported) for sample ``sample`` of the row ``row_id``.
+
+    ``#`` in a row id is doubled, so the one ``#`` before a sample's number cannot be part of
+    a row id: row ``a#1`` is ``a##1``, never the ``a#1`` of row ``a``'s second sample. Ids
+    without ``#`` are stored as they are.
+    """
+    escaped = row_id.replace("#", "##")
+    return f"{escaped}#{sample}" if sample else escaped
 
 
 @dataclass
@@ -162,7 +173,7 @@ def _turn(conversation: Conversation, turn: int, skeleton: list[dict]) -> TurnPl
     ).hexdigest()
     return TurnPlan(
         key=digest[:32],
-        source_id=conversation.source_id,
+        source_id=sample_source_id(conversation.source_id),
         turn=turn,
         skeleton=frozen,
         tools=conversation.tools,

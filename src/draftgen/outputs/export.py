@@ -11,9 +11,12 @@ this module (for ``FORMATS``) whatever the command.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,8 +38,14 @@ class ExportError(DraftgenError, ValueError):
     pass
 
 
-def export(store: Store, fmt: str, out: Path, include_unverified: bool = False) -> int:
-    """Write the export atomically (a reader never sees half a file); return the rows written."""
+def export(
+    store: Store, fmt: str, out: Path, include_unverified: bool = False, force: bool = False
+) -> int:
+    """Write the export atomically (a reader never sees half a file); return the rows written.
+
+    An existing file at ``out`` is replaced only if it is an earlier export of this run
+    (``is_export_of``) or ``force`` is given.
+    """
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     out = Path(out)
@@ -45,19 +54,78 @@ def export(store: Store, fmt: str, out: Path, include_unverified: bool = False) 
             f"--out {out} is a directory and --format {fmt} writes one file: name the file, "
             f"e.g. {out / ('train.parquet' if fmt == 'parquet' else 'train.jsonl')}"
         )
+    if fmt != "hf" and not force and out.exists() and not is_export_of(store, out, fmt):
+        raise ExportError(
+            f"--out {out} exists and is not an earlier export of this run: choose a new "
+            "--out, or pass --force to replace it"
+        )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create the directory of --out {out} ({exc.strerror})") from None
-    if fmt == "parquet":
-        return _atomic_file(out, lambda path: write_parquet(store, path, include_unverified))
-    if fmt == "hf":
-        return write_hf_dataset(store, out, include_unverified)
-    if fmt == "specforge-text":
-        rows = specforge_text_rows(store, include_unverified)
-    else:
-        rows = specforge_rows(store, include_unverified)
-    return _atomic_file(out, lambda path: _write_jsonl(rows, path))
+    with STOP_SIGNALS:
+        if fmt == "parquet":
+            return _atomic_file(out, lambda path: write_parquet(store, path, include_unverified))
+        if fmt == "hf":
+            return write_hf_dataset(store, out, include_unverified)
+        if fmt == "specforge-text":
+            rows = specforge_text_rows(store, include_unverified)
+        else:
+            rows = specforge_rows(store, include_unverified)
+        return _atomic_file(out, lambda path: _write_jsonl(rows, path))
+
+
+class StopSignals:
+    """SIGTERM and SIGHUP during an export raise ``KeyboardInterrupt`` as Ctrl-C does, so the
+    cleanup that removes the ``.partial`` file and the ``.draftgen-hf-*`` work directory runs
+    for them too (their default would end the process on the spot, leaving both behind).
+
+    Any of the three during ``swap`` (the renames that put a finished export in place) waits
+    until the swap is done: a previous export is never left half replaced. Handlers are set
+    only in the main thread (Python's rule) and put back on the way out.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._saved: dict[int, object] = {}
+        self._swapping = False
+        self._pending: int | None = None
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._saved[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+        self._saved.clear()
+        self._pending = None
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self._swapping:
+            self._pending = signum
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def swap(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals are handled in the main thread: nothing to hold off here
+            return
+        self._swapping = True
+        try:
+            yield
+        finally:
+            self._swapping = False
+        if self._pending is not None:
+            self._pending = None
+            raise KeyboardInterrupt
+
+
+STOP_SIGNALS = StopSignals()
 
 
 def specforge_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
@@ -202,9 +270,10 @@ def write_hf_dataset(store: Store, out: Path, include_unverified: bool) -> int:
         dataset.save_to_disk(str(staged))
         del dataset
         old = work / "previous"
-        if out.exists():
-            os.replace(out, old)
-        os.replace(staged, out)
+        with STOP_SIGNALS.swap():
+            if out.exists():
+                os.replace(out, old)
+            os.replace(staged, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return written
@@ -277,8 +346,70 @@ def _atomic_file(out: Path, write) -> int:
         written = write(partial)
         with open(partial, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.replace(partial, out)
+        with STOP_SIGNALS.swap():
+            os.replace(partial, out)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        if exc.filename not in (str(partial), str(out)):
+            raise
+        # The work file is ours, not the user's: the error names the path they gave.
+        raise ExportError(
+            f"cannot write --out {out} ({exc.strerror or exc.__class__.__name__})"
+        ) from None
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     return written
+
+
+# An earlier export is recognised by its first row: this run's id and generation id among the
+# first rows of the run in export order (where an earlier export's first row is, unless the run
+# has since stored samples that sort before it).
+RECOGNISED_ROWS = 1000
+FIRST_LINE_BYTES = 64 << 20
+
+
+def is_export_of(store: Store, path: Path, fmt: str) -> bool:
+    """Whether ``path`` is an earlier ``fmt`` export of the run in ``store`` (an empty file, or
+    an export with no rows, counts: there is nothing in it to lose)."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        first = _first_parquet_row(path) if fmt == "parquet" else _first_jsonl_row(path)
+    except (OSError, ValueError):
+        return False
+    if first is None:
+        return fmt == "parquet"  # the schema and no rows: what an empty export writes
+    if not isinstance(first, dict) or not isinstance(first.get("id"), str):
+        return False
+    wanted = (first["id"], first.get("generation_id"))
+    for number, row in enumerate(store.export_samples(True)):
+        if number >= RECOGNISED_ROWS:
+            break
+        row_id = f"{row['source_id']}:{row['turn']}"
+        if row_id == wanted[0] and (
+            "generation_id" not in first or row["generation_id"] == wanted[1]
+        ):
+            return True
+    return False
+
+
+def _first_jsonl_row(path: Path):
+    with open(path, "rb") as handle:
+        line = handle.readline(FIRST_LINE_BYTES)
+    return orjson.loads(line)  # orjson.JSONDecodeError is a ValueError
+
+
+def _first_parquet_row(path: Path) -> dict | None:
+    _, pq = _arrow()
+    try:
+        reader = pq.ParquetFile(str(path))
+    except Exception as exc:  # pyarrow's ArrowInvalid: not a Parquet file
+        raise ValueError(str(exc)) from None
+    names = set(reader.schema_arrow.names)
+    if not {"id", "generation_id"} <= names:
+        return {}
+    for batch in reader.iter_batches(batch_size=1, columns=["id", "generation_id"]):
+        if batch.num_rows:
+            return batch.to_pylist()[0]
+    return None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import html
 import math
 import os
+import shlex
+import textwrap
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -30,6 +32,14 @@ MAX_LABEL = 60  # characters of a bar's label; longer ones end in an ellipsis (t
 # A gap between stored completions this long (and 20 times the usual gap) is a pause: Ctrl-C and
 # a resume, a stop at --max-cost, a stall. The chart cuts it out and labels it.
 PAUSE_SECONDS = 30.0
+# Throughput buckets people read without arithmetic: seconds, minutes, hours.
+BUCKET_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
+# A verified share of fewer samples than this says little: drawn neutral, labelled with its n.
+MIN_SHARE_SAMPLES = 5
+# Flagged samples listed by id in the report (the rest are counted).
+FLAGGED_SHOWN = 50
+# Characters of a bar label's line: longer labels wrap onto more lines (never cut).
+LABEL_LINE = 30
 # SpecForge's --max-length (2048 by default) and the lengths drafters are commonly trained at.
 MAX_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 OUTCOMES = ("verified", "unverified", "truncated", "failed", "not_reconstructed")
@@ -146,6 +156,9 @@ def build_report(store: Store) -> dict:
     attempt_errors = Counter(e.get("kind") or "unknown" for row in rows for e in row["errors"])
     attempt_errors.update(e.get("kind") or "unknown" for f in failures for e in f["errors"])
     sequences = [_sequence_len(r) for r in rows]
+    batch_run = bool(counts.get("batches"))
+    flow = throughput(rows, pauses=not batch_run)
+    run_sources = sources(store, counts)
     return {
         "draftgen_version": __version__,
         "run_dir": str(store.run_dir),
@@ -153,7 +166,10 @@ def build_report(store: Store) -> dict:
         "model": _settings(store).get("model"),
         "tokenizer": store.meta("tokenizer"),
         "profile": store.meta("profile"),
-        "sources": sources(store, counts),
+        "settings": settings_panel(store, run_sources),
+        "time": run_time(rows, failures, flow, counts["completion_tokens"]),
+        "flagged": flagged(store, rows, failures),
+        "sources": run_sources,
         "active_run": counts.get("active_run"),
         "totals": {
             "completions": counts["completions"],
@@ -193,12 +209,161 @@ def build_report(store: Store) -> dict:
         },
         "max_length_fit": max_length_fit(sequences),
         "providers": providers(rows),
-        "throughput": throughput(rows),
+        "throughput": flow,
         "exactness": counts["exactness"],
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
         # run --batch: batches by state and status, and what the API charged (usage.cost).
         "batches": counts.get("batches") or {},
     }
+
+
+def settings_panel(store: Store, run_sources: list[dict]) -> dict:
+    """What the run was made with: the generation settings the store checks on every resume,
+    the tokenizer and its digest, the profile, where it was sent (no secrets), draftgen's
+    version."""
+    settings = _settings(store)
+    reasoning = settings.get("reasoning")
+    return {
+        "model": settings.get("model"),
+        "max_tokens": settings.get("max_tokens"),
+        "temperature": settings.get("temperature"),
+        "top_p": settings.get("top_p"),
+        "seed": settings.get("seed"),
+        "reasoning": reasoning,
+        "effort": reasoning.get("effort") if isinstance(reasoning, dict) else None,
+        "profile": store.meta("profile"),
+        "tokenizer": store.meta("tokenizer"),
+        "tokenizer_digest": store.meta("tokenizer_digest"),
+        "endpoints": [
+            f"{endpoint_label(s.get('endpoint', ''))} ({s.get('server', 'unknown')})"
+            for s in run_sources
+        ],
+        "draftgen_version": __version__,
+        # Everything else the store recorded (backend fields, provider routing, template kwargs).
+        "other": {
+            name: value
+            for name, value in sorted(settings.items())
+            if name not in ("model", "max_tokens", "temperature", "top_p", "seed", "reasoning")
+            and value is not None
+        },
+    }
+
+
+def endpoint_label(url: str) -> str:
+    """``url`` without what could be a secret: user and password, query and fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from draftgen.redact import redact
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if not parts.scheme:
+        return redact(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return redact(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
+
+
+def run_time(rows: list[dict], failures: list[dict], flow: dict, completion_tokens: int) -> dict:
+    """When the run worked and how fast: from the first request (the first stored completion's
+    time less its latency) to the last completion or failure stored; working time leaves the
+    throughput chart's pauses out, and output tokens per second are over working time."""
+    starts = [r["created_at"] - (r["latency"] or 0.0) for r in rows if r["created_at"]]
+    ends = [r["created_at"] for r in rows if r["created_at"]]
+    ends += [f["created_at"] for f in failures if f.get("created_at")]
+    if not starts and not ends:
+        return {
+            "started_at": None,
+            "finished_at": None,
+            "wall_seconds": None,
+            "working_seconds": None,
+            "paused_seconds": 0.0,
+            "completion_tokens_per_second": None,
+            "completions_per_minute": None,
+        }
+    started, finished = min(starts or ends), max(ends)
+    wall = max(0.0, finished - started)
+    paused = sum((p["seconds"] for p in flow.get("pauses") or []), 0.0)
+    working = max(0.0, wall - paused)
+    return {
+        "started_at": round(started, 3),
+        "finished_at": round(finished, 3),
+        "wall_seconds": round(wall, 3),
+        "working_seconds": round(working, 3),
+        "paused_seconds": round(paused, 3),
+        "completion_tokens_per_second": round(completion_tokens / working, 2) if working else None,
+        "completions_per_minute": round(60 * len(rows) / working, 2) if working else None,
+    }
+
+
+def flagged(store: Store, rows: list[dict], failures: list[dict]) -> dict:
+    """Samples the default export leaves out (unverified, truncated) and turns that failed, each
+    with its id, reason and what to do; the first ``FLAGGED_SHOWN`` by id are listed."""
+    left_out = {
+        r["key"]: r
+        for r in rows
+        if r["verified"] is not None and (not r["verified"] or r["truncated"])
+    }
+    by_reason: Counter = Counter()
+    for row in left_out.values():
+        by_reason["truncated" if row["truncated"] else row["reason"] or "unknown"] += 1
+    for failure in failures:
+        by_reason[f"failed: {failure['reason'] or 'unknown'}"] += 1
+    listed: list[dict] = []
+    if left_out:
+        # Ids are read from the completions (in id order) only until enough are found.
+        for stored in store.completions():
+            row = left_out.get(stored.key)
+            if row is None:
+                continue
+            kind = "truncated" if row["truncated"] else "unverified"
+            reason = "length" if row["truncated"] else row["reason"] or "unknown"
+            listed.append(_flag(f"{stored.source_id}:{stored.turn}", kind, reason))
+            if len(listed) >= FLAGGED_SHOWN:
+                break
+    for failure in sorted(failures, key=lambda f: (str(f["source_id"]), f["turn"] or 0)):
+        if len(listed) >= FLAGGED_SHOWN:
+            break
+        listed.append(
+            _flag(
+                f"{failure['source_id']}:{failure['turn']}",
+                "failed",
+                failure["reason"] or "unknown",
+            )
+        )
+    total = len(left_out) + len(failures)
+    run_dir = shlex.quote(str(store.run_dir))
+    return {
+        "count": total,
+        "unverified": sum(1 for r in left_out.values() if not r["truncated"]),
+        "truncated": sum(1 for r in left_out.values() if r["truncated"]),
+        "failed": len(failures),
+        "by_reason": dict(by_reason.most_common()),
+        "shown": listed,
+        "more": total - len(listed),
+        "commands": {
+            "include": f"draftgen export {run_dir} --include-unverified --out "
+            + shlex.quote(str(store.run_dir / "with-unverified.jsonl")),
+            "retry_failed": "run the same draftgen run command again (final failures are "
+            "retried on a resume)",
+        },
+    }
+
+
+def _flag(sample_id: str, kind: str, reason: str) -> dict:
+    if kind == "failed":
+        fix = "run the same draftgen run command again: a resume retries final failures"
+    elif kind == "truncated":
+        fix = (
+            "cut at max_tokens: export with --include-unverified to keep it, or raise "
+            "--max-tokens in a new run"
+        )
+    else:
+        meaning = REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))[0]
+        fix = f"{meaning}; export with --include-unverified to keep it (verified: false)"
+    return {"id": sample_id, "kind": kind, "reason": reason, "fix": fix}
 
 
 def sources(store: Store, counts: dict) -> list[dict]:
@@ -336,6 +501,7 @@ def providers(rows: list[dict]) -> list[dict]:
                 "latency_p90": round(percentile(latencies, 90), 3) if latencies else None,
                 "retried_errors": sum(len(r["errors"]) for r in group),
                 "unverified": sum(1 for r in sampled if not r["verified"] or r["truncated"]),
+                "samples": len(sampled),
                 "verified_share": round(verified / len(sampled), 4) if sampled else None,
             }
         )
@@ -357,6 +523,7 @@ def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
         table.append(
             {
                 "endpoint": url,
+                "samples": sum(1 for r in served.get(url, []) if r["verified"] is not None),
                 "verified_share": _verified_share(served.get(url, [])),
                 "requests": figure["requests"],
                 "completions": figure["completions"],
@@ -374,7 +541,7 @@ def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
     return table
 
 
-def throughput(rows: list[dict]) -> dict:
+def throughput(rows: list[dict], pauses: bool = True) -> dict:
     """Completions and completion tokens stored per time bucket, over the time the run worked.
 
     Gaps of ``PAUSE_SECONDS`` or more (and 20 times the median gap) are pauses: listed with
@@ -388,7 +555,9 @@ def throughput(rows: list[dict]) -> dict:
     times = [r["created_at"] for r in ordered]
     gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
     usual = gaps[len(gaps) // 2] if gaps else 0.0
-    threshold = max(PAUSE_SECONDS, 20 * usual)
+    # A batch run (``pauses`` False) stores each batch's answers at once: the waits between
+    # batches are the work, not pauses.
+    threshold = max(PAUSE_SECONDS, 20 * usual) if pauses else math.inf
     # Segments of work between pauses, as (first index, last index).
     segments, first = [], 0
     for i in range(1, len(times)):
@@ -397,7 +566,7 @@ def throughput(rows: list[dict]) -> dict:
             first = i
     segments.append((first, len(times) - 1))
     working = sum(times[b] - times[a] for a, b in segments)
-    bucket = nice_step(working / THROUGHPUT_POINTS) if working > 0 else 1
+    bucket = bucket_seconds(working / THROUGHPUT_POINTS)
     start = times[0]
     points, pauses = [], []
     for number, (a, b) in enumerate(segments):
@@ -422,6 +591,25 @@ def throughput(rows: list[dict]) -> dict:
             for i in range(count)
         ]
     return {"bucket_seconds": bucket, "start": round(start, 3), "points": points, "pauses": pauses}
+
+
+def bucket_seconds(raw: float) -> int:
+    """The smallest of ``BUCKET_SECONDS`` at least ``raw`` (whole hours past the last)."""
+    for step in BUCKET_SECONDS:
+        if step >= raw:
+            return step
+    return 3600 * math.ceil(raw / 3600)
+
+
+def per_bucket(seconds: float) -> str:
+    """A bucket as an axis names it: "second", "10 s", "5 min", "2 h"."""
+    if seconds == 1:
+        return "second"
+    if seconds < 60 or seconds % 60:
+        return f"{seconds:g} s"
+    if seconds < 3600 or seconds % 3600:
+        return "minute" if seconds == 60 else f"{seconds / 60:g} min"
+    return "hour" if seconds == 3600 else f"{seconds / 3600:g} h"
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -487,8 +675,25 @@ def share_colour(share: float | None) -> str:
     return SHARE_LOW[0]
 
 
+def row_colour(row: dict) -> str:
+    """A provider's or endpoint's bar colour: its verified share's, or neutral grey when it
+    served fewer than ``MIN_SHARE_SAMPLES`` samples (one unverified sample is not 0%)."""
+    if (row.get("samples") or 0) < MIN_SHARE_SAMPLES:
+        return GREY
+    return share_colour(row.get("verified_share"))
+
+
+def _few(row: dict) -> str:
+    """ " (n=1)" after a share of fewer than ``MIN_SHARE_SAMPLES`` samples."""
+    n = row.get("samples") or 0
+    return f" (n={n})" if 0 < n < MIN_SHARE_SAMPLES else ""
+
+
 def share_legend() -> str:
-    bands = [(colour, label) for _, colour, label in SHARE_BANDS] + [SHARE_LOW, (GREY, "none")]
+    bands = [(colour, label) for _, colour, label in SHARE_BANDS] + [
+        SHARE_LOW,
+        (GREY, f"none, or fewer than {MIN_SHARE_SAMPLES} samples (n shown)"),
+    ]
     swatches = "".join(
         f'<span class="swatch" style="background:{colour}"></span>{html.escape(label)} '
         for colour, label in bands
@@ -514,7 +719,32 @@ def render_html(report: dict) -> str:
     if batches.get("charged") is not None:  # what the batch API says it charged
         charged = dollars(("batches", "charged"), batches["charged"])
         cards.append(("charged by the batch API", charged))
+    timing = report.get("time") or {}
+    if timing.get("wall_seconds") is not None:
+        cards.append(("wall time", html.escape(_duration(timing["wall_seconds"]))))
+        rate = timing.get("completion_tokens_per_second")
+        cards.append(
+            (
+                "output tokens / s",
+                metric(("time", "completion_tokens_per_second"), rate, 2)
+                if rate is not None
+                else "–",
+            )
+        )
     sections = [
+        _section(
+            "Settings",
+            settings_section(report),
+            "What the run was generated with (a resume refuses other generation settings).",
+            wide=True,
+        ),
+        _section(
+            "Flagged samples",
+            flagged_section(report),
+            "Samples the default export leaves out, and turns that never got an answer: what "
+            "each reason means and what to do.",
+            wide=True,
+        ),
         _section(
             "Outcomes",
             bar_chart("outcomes", report["outcomes"], OUTCOME_COLOURS.get, "samples or requests"),
@@ -593,12 +823,18 @@ def render_html(report: dict) -> str:
             wide=True,
         )
     )
+    flow_note = (
+        "A batch run stores the answers of a batch when the batch ends: each bar is batches "
+        "arriving, and the waits between them are the batch API at work, not pauses."
+        if report.get("batches")
+        else "Completions stored per time bucket while the run worked; a pause (Ctrl-C and a "
+        "resume, a stop at --max-cost, a stall) is a labelled break, not empty buckets."
+    )
     sections.append(
         _section(
             "Throughput over time",
             throughput_chart(report["throughput"]),
-            "Completions stored per time bucket while the run worked; a pause (Ctrl-C and a "
-            "resume, a stop at --max-cost, a stall) is a labelled break, not empty buckets.",
+            flow_note,
             wide=True,
         )
     )
@@ -620,6 +856,96 @@ def render_html(report: dict) -> str:
         version=html.escape(report["draftgen_version"]),
         cards=card_html,
         sections="".join(sections),
+    )
+
+
+def settings_section(report: dict) -> str:
+    """The settings panel: one row a setting, the values as the store recorded them."""
+    settings = report.get("settings") or {}
+    if not settings:
+        return '<p class="empty">no settings recorded</p>'
+    reasoning = settings.get("reasoning")
+    rows = [
+        ("model", settings.get("model")),
+        ("max_tokens", settings.get("max_tokens")),
+        ("temperature", settings.get("temperature")),
+        ("top_p", settings.get("top_p")),
+        ("seed", settings.get("seed")),
+        ("effort", settings.get("effort")),
+        ("reasoning", orjson.dumps(reasoning).decode() if reasoning is not None else None),
+        ("profile", settings.get("profile")),
+        ("tokenizer", settings.get("tokenizer")),
+        ("tokenizer digest (sha256)", settings.get("tokenizer_digest")),
+        ("endpoints", ", ".join(settings.get("endpoints") or []) or None),
+        ("draftgen", settings.get("draftgen_version")),
+    ]
+    for name, value in (settings.get("other") or {}).items():
+        shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+        rows.append((name, shown))
+    body = "".join(
+        f"<tr><th>{html.escape(name)}</th><td>"
+        + (
+            f"<code>{html.escape(str(value))}</code>"
+            if value is not None
+            else '<span class="empty">not set (the provider\'s default)</span>'
+        )
+        + "</td></tr>"
+        for name, value in rows
+    )
+    timing = report.get("time") or {}
+    when = ""
+    if timing.get("started_at") is not None:
+        stamp = lambda t: time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))  # noqa: E731
+        rate = metric(("time", "completions_per_minute"), timing["completions_per_minute"], 2)
+        when = (
+            f'<p class="stats">from {stamp(timing["started_at"])} to '
+            f"{stamp(timing['finished_at'])}: wall "
+            f"{metric(('time', 'wall_seconds'), timing['wall_seconds'], 2)} s, working "
+            f"{metric(('time', 'working_seconds'), timing['working_seconds'], 2)} s (pauses "
+            f"left out), {rate} completions a minute</p>"
+        )
+    return f'<table class="grid settings">{body}</table>{when}'
+
+
+def flagged_section(report: dict) -> str:
+    """The flagged samples by id, with what to do, and the command that keeps them."""
+    flags = report.get("flagged") or {}
+    if not flags.get("count"):
+        return '<p class="empty">nothing flagged: every sample is verified and complete</p>'
+    counts = (
+        f'<p class="stats">{metric(("flagged", "count"), flags["count"])} flagged: '
+        f"{metric(('flagged', 'unverified'), flags['unverified'])} unverified, "
+        f"{metric(('flagged', 'truncated'), flags['truncated'])} truncated, "
+        f"{metric(('flagged', 'failed'), flags['failed'])} failed turns</p>"
+    )
+    rows = "".join(
+        f"<tr><td><code>{html.escape(entry['id'])}</code></td>"
+        f"<td>{html.escape(entry['kind'])}</td>"
+        f"<td><code>{html.escape(entry['reason'])}</code></td>"
+        f"<td>{html.escape(entry['fix'])}</td></tr>"
+        for entry in flags.get("shown") or []
+    )
+    more = (
+        f'<p class="stats">and {metric(("flagged", "more"), flags["more"])} more (the counts '
+        "by reason are above; draftgen export --include-unverified writes them all, each with "
+        "its verify_reason)</p>"
+        if flags.get("more")
+        else ""
+    )
+    commands = flags.get("commands") or {}
+    return (
+        counts
+        + '<table class="grid flagged"><tr><th>id</th><th>kind</th><th>reason</th>'
+        + f"<th>what it means, what to do</th></tr>{rows}</table>"
+        + more
+        + "<p>Keep the unverified and truncated samples (each marked <code>verified: "
+        "false</code>):</p>"
+        + f"<pre><code>{html.escape(commands.get('include', ''))}</code></pre>"
+        + (
+            f"<p>Failed turns: {html.escape(commands['retry_failed'])}.</p>"
+            if flags.get("failed")
+            else ""
+        )
     )
 
 
@@ -668,7 +994,7 @@ def bar_chart(path: str | tuple, table: dict, colour_of, unit: str) -> str:
         table,
         lambda i, name: colour_of(name) or GREY,
         lambda name, count: f"<title>{html.escape(str(name))}: {count} {unit}</title>",
-        lambda value: str(value),
+        lambda i, value: str(value),
         unit,
     )
     rows = "".join(
@@ -681,27 +1007,40 @@ def bar_chart(path: str | tuple, table: dict, colour_of, unit: str) -> str:
 
 def _bars_svg(table: dict, colour_of, inner_of, label_of, axis: str) -> str:
     """The SVG of horizontal bars scaled to the largest value, with the value axis titled
-    ``axis`` (its unit) under them; callers choose colour and labels."""
-    longest = max(len(str(name)) for name in table)
-    label_w, bar_w, row_h = min(max(120, 7 * min(longest, MAX_LABEL) + 16), 440), 420, 24
+    ``axis`` (its unit) under them; callers choose colour and labels (``label_of(i, value)``).
+
+    The chart is drawn at the width a page column gives it (no scaling down), and a long label
+    wraps onto more lines of the same size instead of being cut."""
+    label_w, bar_w, value_w, line_h = 230, 250, 110, 14
+    lines = [wrap_label(str(name)) for name in table]
+    heights = [max(24, line_h * len(wrapped) + 10) for wrapped in lines]
     peak = max(table.values()) or 1
-    height = row_h * len(table) + 8
+    height = sum(heights) + 8
     total = height + 34
+    width_all = label_w + bar_w + value_w
     parts = [
-        f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 90} {total}" '
-        f'width="{label_w + bar_w + 90}" height="{total}" role="img">'
+        f'<svg class="chart" viewBox="0 0 {width_all} {total}" '
+        f'width="{width_all}" height="{total}" role="img">'
     ]
-    for i, (name, value) in enumerate(table.items()):
-        y = 4 + i * row_h
+    y = 4
+    for i, ((name, value), wrapped, row_h) in enumerate(
+        zip(table.items(), lines, heights, strict=True)
+    ):
         width = max(1.0, bar_w * value / peak) if value else 0
-        label = str(name) if len(str(name)) <= MAX_LABEL else str(name)[: MAX_LABEL - 1] + "…"
-        parts.append(
-            f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">{html.escape(label)}'
-            f'</text><rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
-            f'fill="{colour_of(i, name)}">{inner_of(name, value)}</rect>'
-            f'<text x="{label_w + width + 6:.1f}" y="{y + 16}" class="tick">'
-            f"{label_of(value)}</text>"
+        middle = y + row_h / 2
+        first = middle - line_h * (len(wrapped) - 1) / 2 + 4
+        spans = "".join(
+            f'<tspan x="{label_w - 8}" y="{first + line_h * n:.1f}">{html.escape(text)}</tspan>'
+            for n, text in enumerate(wrapped)
         )
+        parts.append(
+            f'<text class="label" text-anchor="end">{spans}</text>'
+            f'<rect x="{label_w}" y="{middle - 9:.1f}" width="{width:.1f}" height="18" '
+            f'fill="{colour_of(i, name)}">{inner_of(name, value)}</rect>'
+            f'<text x="{label_w + width + 6:.1f}" y="{middle + 4:.1f}" class="tick">'
+            f"{html.escape(label_of(i, value))}</text>"
+        )
+        y += row_h
     parts.append(
         f'<line x1="{label_w}" y1="{height}" x2="{label_w + bar_w}" y2="{height}" class="axis"/>'
         f'<text x="{label_w}" y="{height + 14}" class="tick">0</text>'
@@ -711,6 +1050,15 @@ def _bars_svg(table: dict, colour_of, inner_of, label_of, axis: str) -> str:
         f'class="axis-title">{html.escape(axis)}</text></svg>'
     )
     return "".join(parts)
+
+
+def wrap_label(text: str) -> list[str]:
+    """``text`` in lines of at most ``LABEL_LINE`` characters, broken at spaces where it can
+    be; past eight lines the rest is an ellipsis (the table under the chart has it whole)."""
+    wrapped = textwrap.wrap(text, LABEL_LINE, break_on_hyphens=False) or [""]
+    if len(wrapped) > 8:
+        wrapped = wrapped[:7] + [wrapped[7][: LABEL_LINE - 1] + "…"]
+    return wrapped
 
 
 def _tick(value) -> str:
@@ -845,9 +1193,9 @@ def provider_section(table: list[dict]) -> str:
         return '<p class="empty">no completions stored</p>'
     chart = _bars_svg(
         {row["provider"]: row["latency_p50"] or 0.0 for row in table},
-        lambda i, name: share_colour(table[i]["verified_share"]),
+        lambda i, name: row_colour(table[i]),
         lambda name, value: f"<title>{html.escape(str(name))}: {value:.3f} s</title>",
-        lambda value: f"{value:.3f} s",
+        lambda i, value: f"{value:.3f} s" + _few(table[i]),
         "median latency (seconds)",
     )
     header = (
@@ -869,7 +1217,7 @@ def provider_section(table: list[dict]) -> str:
             metric(("providers", i, "latency_p90"), row["latency_p90"]),
             metric(("providers", i, "retried_errors"), row["retried_errors"]),
             metric(("providers", i, "unverified"), row["unverified"]),
-            percent(("providers", i, "verified_share"), row["verified_share"])
+            percent(("providers", i, "verified_share"), row["verified_share"]) + _few(row)
             if row["verified_share"] is not None
             else "–",
         ]
@@ -890,9 +1238,9 @@ def endpoint_section(table: list[dict]) -> str:
         return '<p class="empty">no endpoint recorded (a run from before draftgen kept them)</p>'
     chart = _bars_svg(
         {row["endpoint"]: row["requests"] for row in table},
-        lambda i, name: share_colour(table[i].get("verified_share")),
+        lambda i, name: row_colour(table[i]),
         lambda name, value: f"<title>{html.escape(str(name))}: {value} requests</title>",
-        lambda value: f"{value} requests",
+        lambda i, value: f"{value} requests" + _few(table[i]),
         "requests (attempts sent)",
     )
     keys = (
@@ -914,7 +1262,9 @@ def endpoint_section(table: list[dict]) -> str:
         ]
         share = row.get("verified_share")
         cells.append(
-            percent(("endpoints", i, "verified_share"), share) if share is not None else "–"
+            percent(("endpoints", i, "verified_share"), share) + _few(row)
+            if share is not None
+            else "–"
         )
         name = html.escape(row["endpoint"]) + (" (removed)" if row["removed"] else "")
         body.append(
@@ -926,7 +1276,7 @@ def endpoint_section(table: list[dict]) -> str:
 
 def throughput_chart(data: dict) -> str:
     """Bars per time bucket (an empty bucket is visibly empty), with each pause a hatched break
-    labelled with its length."""
+    labelled with its length; the time axis in human units, its labels never overlapping."""
     points = data["points"]
     if not points:
         return '<p class="empty">no completions stored</p>'
@@ -939,8 +1289,8 @@ def throughput_chart(data: dict) -> str:
         f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" class="axis"/>',
         f'<line x1="{pad}" y1="{top}" x2="{pad}" y2="{h}" class="axis"/>',
     ]
+    ticks = [(float(pad), "0 s")]  # (x, text): the start of each segment of work, and the end
     x, segment = float(pad), 0
-    parts.append(f'<text x="{pad}" y="{h + 14}" class="tick">0 s</text>')
     for point in points:
         if point.get("segment", 0) != segment:
             pause = pauses[segment]
@@ -951,37 +1301,58 @@ def throughput_chart(data: dict) -> str:
                 f"paused</text>"
                 f'<text x="{x + gap / 2:.1f}" y="{top + 26}" text-anchor="middle" class="tick">'
                 f"{_duration(pause['seconds'])}</text>"
-                f'<text x="{x + gap:.1f}" y="{h + 14}" class="tick">{point["t"]:g} s</text>'
             )
             x += gap
             segment = point["segment"]
+            ticks.append((x, _duration(point["t"])))
         bh = (h - top) * point["completions"] / peak
         parts.append(
             f'<rect x="{x:.1f}" y="{h - bh:.1f}" width="{max(slot - 1, 0.5):.1f}" '
-            f'height="{bh:.1f}" fill="{BLUE}"><title>{point["t"]:g} s: '
+            f'height="{bh:.1f}" fill="{BLUE}"><title>{_duration(point["t"])}: '
             f"{point['completions']} completions, {point['tokens']} tokens</title></rect>"
         )
         x += slot
     seconds = data["bucket_seconds"]
     last = points[-1]["t"] + seconds
+    parts.extend(_time_ticks(ticks, (float(w), _duration(last)), h))
     parts.append(
-        f'<text x="{w}" y="{h + 14}" text-anchor="end" class="tick">{last:g} s</text>'
         f'<text x="{pad - 6}" y="{top + 4}" text-anchor="end" class="tick">{peak}</text>'
         f'<text x="{pad - 6}" y="{h}" text-anchor="end" class="tick">0</text>'
         f'<text x="12" y="{(h + top) / 2}" transform="rotate(-90 12 {(h + top) / 2})" '
-        f'text-anchor="middle" class="axis-title">completions per {seconds:g} s</text>'
+        f'text-anchor="middle" class="axis-title">completions per {per_bucket(seconds)}</text>'
         f'<text x="{(w + pad) / 2}" y="{h + 34}" text-anchor="middle" class="axis-title">'
-        "seconds since the first completion</text></svg>"
+        "time since the first completion</text></svg>"
     )
     total = sum(p["completions"] for p in points)
     paused = "; paused " + ", ".join(_duration(p["seconds"]) for p in pauses) if pauses else ""
     return "".join(parts) + (
-        f'<p class="stats">completions per {metric(("throughput", "bucket_seconds"), seconds)} s '
-        f"bucket; {total} in {len(points)} buckets{paused}</p>"
+        f'<p class="stats">completions per bucket of '
+        f"{metric(('throughput', 'bucket_seconds'), seconds)} s; {total} in {len(points)} "
+        f"buckets{paused}</p>"
     )
 
 
+TICK_ROOM = 64  # px a time label of the throughput axis needs (11 px text, "2 min 30 s")
+
+
+def _time_ticks(ticks: list[tuple[float, str]], end: tuple[float, str], y: float) -> list[str]:
+    """The axis labels that fit: left to right, each at least ``TICK_ROOM`` from the one before
+    and from the end label (right-aligned at the end of the axis), which is always drawn."""
+    drawn, last = [], -math.inf
+    for x, text in ticks:
+        if x - last >= TICK_ROOM and end[0] - x >= TICK_ROOM:
+            drawn.append(f'<text x="{x:.1f}" y="{y + 14}" class="tick">{html.escape(text)}</text>')
+            last = x
+    drawn.append(
+        f'<text x="{end[0]:.1f}" y="{y + 14}" text-anchor="end" class="tick">'
+        f"{html.escape(end[1])}</text>"
+    )
+    return drawn
+
+
 def _duration(seconds: float) -> str:
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f} s"
     seconds = int(round(seconds))
     if seconds < 120:
         return f"{seconds} s"
@@ -1025,6 +1396,9 @@ td, th {{ padding: 2px 10px; border-bottom: 1px solid #e6eaef; text-align: left;
 td.r {{ text-align: right; font-variant-numeric: tabular-nums; }}
 .note, .stats, .empty, .legend {{ color: #5a6b7d; }}
 .swatch {{ display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 8px; }}
+table.settings th {{ font-weight: 500; color: #3b4a5a; width: 220px; }}
+table.settings code, table.flagged code {{ overflow-wrap: anywhere; }}
+pre {{ background: #f4f6f9; padding: 8px 12px; overflow-x: auto; }}
 </style></head>
 <body>
 <h1>{title}</h1>

@@ -19,6 +19,7 @@ import numpy as np
 import orjson
 
 from draftgen.errors import DraftgenError
+from draftgen.outputs.export import STOP_SIGNALS
 from draftgen.store.database import Store
 
 JSON_NAME = "vocab.json"
@@ -139,6 +140,12 @@ def write_mapping(mapping: VocabMapping, out: Path) -> list[Path]:
         "token_frequencies": {str(int(i)): int(c) for i, c in zip(ids, counts, strict=True)},
     }
     paths = [out / JSON_NAME, out / NPZ_NAME, out / TORCH_NAME]
+    with STOP_SIGNALS:
+        _write_files(paths, mapping, summary, ids, counts)
+    return paths
+
+
+def _write_files(paths: list[Path], mapping: VocabMapping, summary: dict, ids, counts) -> None:
     _replace(paths[0], lambda p: p.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2)))
 
     def write_npz(path: Path) -> None:
@@ -154,13 +161,17 @@ def write_mapping(mapping: VocabMapping, out: Path) -> list[Path]:
 
     _replace(paths[1], write_npz)
     _replace(paths[2], lambda p: write_torch_tensors(p, {"d2t": mapping.d2t, "t2d": mapping.t2d}))
-    return paths
 
 
 def _replace(path: Path, write) -> None:
     partial = path.with_name(path.name + ".partial")
-    write(partial)
-    os.replace(partial, path)
+    try:
+        write(partial)
+        with STOP_SIGNALS.swap():
+            os.replace(partial, path)
+    except BaseException:  # a signal too (STOP_SIGNALS): no .partial file is left behind
+        partial.unlink(missing_ok=True)
+        raise
 
 
 # -- torch.save without torch ---------------------------------------------------------------------

@@ -17,8 +17,10 @@ from draftgen.profiles import (
     gpt_oss,
     kimi,
     kimi_k3,
+    llama,
     minimax,
     minimax_m3,
+    mistral,
     qwen3,
     qwen3_5,
 )
@@ -61,6 +63,8 @@ FAMILIES = (
     minimax_m3,
     minimax,
     gpt_oss,
+    mistral,
+    llama,
 )
 
 PROFILES: dict[str, ModelProfile] = {}

@@ -165,9 +165,9 @@ class ModelProfile:
     # What renders the prompt when it is not the tokenizer's chat template, encoder or class:
     # "harmony" (vLLM renders gpt-oss with openai-harmony, draftgen.tokens.harmony).
     prompt_renderer: str = ""
-    # Whether the template takes tool-call arguments as the JSON text (DeepSeek-V3.1 concatenates
-    # it) instead of the parsed object vLLM and SGLang hand to every other family's template.
-    tool_arguments_as_text: bool = False
+    # How vLLM's wrapper of the family's Python encoder joins a message's text parts (DeepSeek
+    # V4.1's: a blank line; the others are given them joined by a newline).
+    encoder_part_separator: str = "\n"
     # Python chat encoders (file names under the model's ``encoding/``) that identify the family
     # when its vocabulary does not (DeepSeek V3.2 shares V4's).
     encoder_files: tuple[str, ...] = ()

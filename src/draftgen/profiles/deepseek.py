@@ -59,7 +59,6 @@ DEEPSEEK_V3 = ModelProfile(
     tool_call_format=DEEPSEEK_TOOL_CALLS,
     tool_call_writer=write_tool_calls,
     thinking_variable="thinking",
-    tool_arguments_as_text=True,
 )
 
 # V3.2 chats like V3.1 but writes tool calls in DSML. Its vocabulary cannot be told from V4's
@@ -76,8 +75,6 @@ DEEPSEEK_V32 = ModelProfile(
     tool_call_writer=write_dsml_calls,
     xml_arguments=True,
     thinking_variable="thinking",
-    # The published encoder json.loads the arguments itself (a parsed object makes it raise).
-    tool_arguments_as_text=True,
     encoder_files=("encoding_dsv32.py",),
     detect_by_vocab=False,
     tool_call_format_unconfirmed=(

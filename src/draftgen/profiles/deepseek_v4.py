@@ -76,9 +76,8 @@ DEEPSEEK_V4 = ModelProfile(
     effort_variable="reasoning_effort",
     efforts=("high", "max"),
     effort_map=(("xhigh", "max"),),
-    # The published encoder json.loads the arguments itself (an object would be nested under an
-    # "arguments" parameter).
-    tool_arguments_as_text=True,
+    # vLLM's V4 wrapper thinks unless told not to (vllm/tokenizers/deepseek_v4.py).
+    encoder_thinks_by_default=True,
     encoder_files=("encoding_dsv4.py",),
     detect_by_vocab=False,
     encoder_tools_join_system=True,
@@ -107,7 +106,7 @@ DEEPSEEK_V4_1 = ModelProfile(
     effort_variable="reasoning_effort",
     efforts=("low", "high", "max"),
     effort_map=(("minimal", "low"), ("medium", "high"), ("xhigh", "high")),
-    tool_arguments_as_text=True,
+    encoder_part_separator="\n\n",
     encoder_files=("encoding.py", "encoding_dsv41.py"),
     encoder_tools_join_system=True,
     encoder_tools_join_first_system=True,

@@ -73,4 +73,23 @@ class RemoteCodeFixture:
     companions: dict[str, str] = field(default_factory=dict)
 
 
-FixtureSpec = QwenBpeFixture | CopiedFixture | RemoteCodeFixture
+@dataclass(frozen=True)
+class MistralCommonFixture:
+    """A tokenizer file the ``mistral-common`` package ships (``mistral_common/data``), copied
+    into a directory under the name a model repository gives it (``tekken.json``,
+    ``tokenizer.model.v7``): no chat template, mistral-common renders the prompt.
+
+    A tekken file may be rewritten as a later tokenizer version: ``version`` goes into its config
+    and ``special_tokens`` (rank -> text) into the special-token list a version after v7 must carry
+    (the first 20 are the file's own, the others ``<SPECIAL_i>`` up to ``num_special_tokens``).
+    The image config is dropped (a text-only fixture).
+    """
+
+    source: str
+    target: str
+    version: str = ""
+    special_tokens: dict[int, str] = field(default_factory=dict)
+    num_special_tokens: int = 1000
+
+
+FixtureSpec = QwenBpeFixture | CopiedFixture | RemoteCodeFixture | MistralCommonFixture

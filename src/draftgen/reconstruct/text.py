@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import orjson
 
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
 from draftgen.profiles.base import Segment
@@ -26,6 +29,7 @@ from draftgen.reconstruct.verify import (
     PROMPT_RENDER_FAILED,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
+    special_text_in_prompt,
     verify_logprob_ids,
     verify_sample,
     verify_server_ids,
@@ -33,7 +37,7 @@ from draftgen.reconstruct.verify import (
 )
 from draftgen.records import Completion, StoredCompletion, TokenSample
 from draftgen.tokens import tokenizer as tok
-from draftgen.tokens.fast_encoder import special_pattern, splits_at_specials
+from draftgen.tokens.fast_encoder import special_pattern, splits_at_specials, trie_pattern
 from draftgen.tokens.rendering import ChatRenderer, RenderError
 
 # ``TokenSample.text_check`` values besides a text-path reason code.
@@ -234,6 +238,7 @@ def reconstruct_sample(
         prompt_ids=prompt_ids,
         completion_ids=completion_ids,
         template_agrees=template_agrees,
+        special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
     )
     return TokenSample(
         key=stored.key,
@@ -298,6 +303,7 @@ def reconstruct_from_logprobs(
                 prompt_ids=prompt_ids,
                 logprob_text=tok.decode(tokenizer, logprob_ids),
                 notes=reading.notes,
+                special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
             )
             if verdict.verified:
                 doubts = prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
@@ -342,6 +348,54 @@ def _logprob_frames(reading: CompletionReading, tokenizer: Any, tail: str, suffi
             yield None, ()
             return
         yield head, ends
+
+
+def special_text_of_prompt(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile, prompt_ids: list[int]
+) -> str:
+    """The first special token spelled in the prompt's data, or "": the profile's delimiters
+    first (harmony's span several tokens), then every added token of the tokenizer whose id the
+    prompt holds, found in a non-assistant message or a tool schema.
+
+    Servers render such text as the token's id, so the ids are what the model saw; the flag
+    (``special_text_in_prompt=TEXT`` in the detail) says the row is suspicious, not wrong. Looking
+    at the tokenizer's whole list, not the profile's few delimiters, is what catches Kimi's
+    ``<|im_user|>`` or ``[EOS]`` and every other family's markup alike.
+    """
+    found = special_text_in_prompt(stored.messages, profile)
+    if found:
+        return found
+    pattern, ids_of = _added_tokens(tokenizer)
+    if pattern is None:
+        return ""
+    texts = [m.get("content") for m in stored.messages if m.get("role") != "assistant"] + (
+        [orjson.dumps(stored.tools).decode()] if stored.tools else []
+    )
+    in_prompt = set(prompt_ids)
+    for text in texts:
+        if not isinstance(text, str) or not text:
+            continue
+        for match in pattern.finditer(text):
+            if ids_of[match.group()] in in_prompt:
+                return match.group()
+    return ""
+
+
+_ADDED_TOKENS: dict[int, tuple[Any, Any, dict[str, int]]] = {}
+
+
+def _added_tokens(tokenizer: Any) -> tuple[Any, dict[str, int]]:
+    """(a pattern of every added token's text, text -> id), cached per tokenizer; (None, {})
+    for a tokenizer without added tokens."""
+    cached = _ADDED_TOKENS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1], cached[2]
+    inner = getattr(tokenizer, "inner", tokenizer)
+    decoder = getattr(inner, "added_tokens_decoder", None) or {}
+    ids_of = {str(token): index for index, token in decoder.items() if str(token)}
+    pattern = re.compile(trie_pattern(set(ids_of))) if ids_of else None
+    _ADDED_TOKENS[id(tokenizer)] = (tokenizer, pattern, ids_of)
+    return pattern, ids_of
 
 
 _TOKEN_BYTES_TABLES: dict[int, tuple[Any, dict[bytes, int]]] = {}
@@ -592,6 +646,7 @@ def reconstruct_from_text(
         decoded_text=tok.decode(tokenizer, completion_ids),
         notes=reading.notes_of(chosen),
         whitespace_repair=repair,
+        special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
     )
     if verdict.verified:
         verdict = with_doubts(

@@ -50,6 +50,10 @@ PROMPT_MODE_UNPROVEN = "prompt_mode_unproven"
 # The template stamps the date and the request was in flight across midnight (UTC): which day
 # the server rendered cannot be told from a count.
 PROMPT_DATE_UNPROVEN = "prompt_date_unproven"
+# A flag in the detail of a sample, verified or not: the prompt's data (a message, a tool schema)
+# spells a special token, which servers render as that token's id. Legal, and the ids are what the
+# server used, but such rows are suspicious (prompt injection, leaked markup): filter on it.
+SPECIAL_TEXT_IN_PROMPT = "special_text_in_prompt"
 # Notes left by the reading of a completion with structured tool calls.
 TOOL_CALLS_REBUILT = "tool_calls_rebuilt"
 TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"
@@ -79,9 +83,10 @@ def verify_sample(
     decoded_text: str,
     notes: list[str],
     whitespace_repair: str | None = None,
+    special_text: str | None = None,
 ) -> Verdict:
     completion = stored.completion
-    details = list(notes) + _prompt_notes(stored, profile)
+    details = list(notes) + _prompt_notes(stored, profile, special_text)
     failures: list[tuple[str, str]] = []
     rebuilt = TOOL_CALLS_REBUILT in notes
     if completion.tool_calls and not rebuilt:
@@ -164,6 +169,7 @@ def verify_server_ids(
     prompt_ids: list[int],
     completion_ids: list[int],
     template_agrees: bool,
+    special_text: str | None = None,
 ) -> Verdict:
     """Ids the server generated are the training data; check them against its own counts.
 
@@ -171,7 +177,7 @@ def verify_server_ids(
     what the model saw, so it is reported, not failed: text-only runs of it would be wrong.
     """
     completion = stored.completion
-    details = _prompt_notes(stored, profile)
+    details = _prompt_notes(stored, profile, special_text)
     if not template_agrees:
         details.append("server_prompt_differs_from_local_template")
     failures: list[tuple[str, str]] = []
@@ -197,6 +203,7 @@ def verify_logprob_ids(
     prompt_ids: list[int],
     logprob_text: str,
     notes: list[str],
+    special_text: str | None = None,
 ) -> Verdict:
     """Content ids from logprob token bytes: the model's own tokens, whatever the text shows.
 
@@ -206,7 +213,7 @@ def verify_logprob_ids(
     restored by them, and reported).
     """
     completion = stored.completion
-    details = list(notes) + _prompt_notes(stored, profile)
+    details = list(notes) + _prompt_notes(stored, profile, special_text)
     failures: list[tuple[str, str]] = []
     if completion.prompt_tokens is None:
         failures.append((NO_USAGE, "the response carried no token counts to check against"))
@@ -237,7 +244,9 @@ def with_doubts(verdict: Verdict, doubts: list[tuple[str, str]]) -> Verdict:
 
 
 def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:
-    """The first delimiter typed literally in non-assistant data (legal, but worth reporting)."""
+    """The first of the profile's delimiters typed literally in non-assistant data (legal, but
+    worth reporting). ``reconstruct.text.special_text_of_prompt`` looks for every added token of
+    the tokenizer after these."""
     for message in messages:
         if message.get("role") == "assistant":
             continue
@@ -248,9 +257,14 @@ def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:
     return ""
 
 
-def _prompt_notes(stored: StoredCompletion, profile: ModelProfile) -> list[str]:
-    special = special_text_in_prompt(stored.messages, profile)
-    return [f"special_text_in_prompt={special}"] if special else []
+def _prompt_notes(
+    stored: StoredCompletion, profile: ModelProfile, special: str | None = None
+) -> list[str]:
+    """The flag of special-token text in the prompt's data: ``special`` as the caller found it
+    with the tokenizer, else the profile's delimiters looked for here."""
+    if special is None:
+        special = special_text_in_prompt(stored.messages, profile)
+    return [f"{SPECIAL_TEXT_IN_PROMPT}={special}"] if special else []
 
 
 def _verdict(failures: list[tuple[str, str]], details: list[str]) -> Verdict:

@@ -3,7 +3,9 @@
 Completions are committed the moment they arrive (WAL, ``synchronous=FULL``) by one writer thread
 that groups whatever is queued into one transaction, so thousands of requests in flight cost one
 fsync per batch and the event loop never waits on disk. A ``kill -9`` loses nothing committed.
-The store knows rows, not providers.
+The store knows rows, not providers. A run's store also watches its own file: a database deleted
+or replaced under a run, a disk that refuses writes or a second run on the directory never costs
+a completion that was paid for (``Store.open_run``, ``StoreIdentity``, the writer's patience).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import fcntl
+import logging
 import os
 import queue
 import re
@@ -20,8 +23,9 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import orjson
 
@@ -31,6 +35,19 @@ from draftgen.records import Completion, Rendering, StoredCompletion, TokenSampl
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
 LOCK_NAME = "draftgen.lock"
+# What a run saves beside a store that was deleted or replaced under it (``StoreIdentity``), and
+# the writes a full disk kept out of the store (``CompletionWriter``); a resume takes both back.
+RECOVERED_GLOB = "recovered-*.sqlite"
+UNSTORED_GLOB = "unstored-*.jsonl"
+# Seconds a run's writer keeps trying a write the disk refuses (full, I/O error, locked) before
+# it keeps the write in a side file and stops the run; the rows wait in memory meanwhile, and the
+# workers waiting on them send nothing new.
+STORE_PATIENCE = 300.0
+RETRY_FIRST_DELAY = 0.05  # seconds before the first retry of a refused write, doubling ...
+RETRY_MAX_DELAY = 5.0  # ... up to this
+WARN_EVERY = 30.0  # seconds between warnings while writes wait
+
+_log = logging.getLogger("draftgen.store")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -169,6 +186,11 @@ class StoreError(DraftgenError, RuntimeError):
     """The run directory cannot be used as asked; the message says what to do."""
 
 
+class StoreHalted(StoreError):
+    """The run must stop: its store's file is gone or the disk kept refusing a write. The message
+    says where the rows are and what to do, so a caller adds nothing to it."""
+
+
 LOCK_WAIT = 30.0  # seconds a connection waits for another's lock before it gives up
 
 
@@ -206,26 +228,70 @@ def begin_immediate(db: sqlite3.Connection) -> None:
 class Store:
     """Reads and synchronous writes; ``CompletionWriter`` does the writes of a live run."""
 
-    def __init__(self, run_dir: Path, *, create: bool = True) -> None:
+    def __init__(self, run_dir: Path, *, create: bool = True, lock: RunLock | None = None) -> None:
+        """``lock``: the run's lock on the directory (``open_run``), released on ``close``."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / DB_NAME
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise StoreError(
-                f"{self.run_dir} is a file, not a run directory; give a directory (new or a "
-                "run's) instead"
-            )
-        if not create and not self.path.exists():
-            raise StoreError(f"{self.run_dir} holds no draftgen run ({DB_NAME} is missing)")
+        self.lock = lock
+        _check_run_dir(self.run_dir)
+        # The lock file a run made a moment ago is no sign that a run was here before.
+        check_store_file(
+            self.run_dir, create, ignore={LOCK_NAME} if lock and lock.made_file else ()
+        )
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.db = connect(self.path)
             self.db.executescript(SCHEMA)
             _add_missing_columns(self.db)
-        except (OSError, sqlite3.Error) as exc:
+            self.identity = StoreIdentity(self.path, lock)
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                raise not_a_store(self.path) from None
             raise StoreError(f"cannot open the store in {self.run_dir}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot open the store in {self.run_dir}: {exc}") from None
+
+    @classmethod
+    def open_run(cls, run_dir: Path) -> Store:
+        """The store of a run about to write: the directory locked against other runs (before
+        its files are judged), a store a run saved when its own was deleted put back, and the
+        writes a full disk kept in side files imported."""
+        run_dir = Path(run_dir)
+        _check_run_dir(run_dir)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise StoreError(f"cannot open the store in {run_dir}: {exc}") from None
+        lock = RunLock(run_dir)
+        lock.acquire()
+        try:
+            restore_recovered(run_dir)
+            store = cls(run_dir, lock=lock)
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            store.import_unstored()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def open_writer(self, patience: float | None = None) -> CompletionWriter:
+        """The run's completion writer: after every commit it checks that this store's file is
+        still the one at its path, and it holds a write the disk refuses for up to ``patience``
+        seconds (``STORE_PATIENCE``) before keeping it in a side file."""
+        self.identity.check(self.db)
+        return CompletionWriter(
+            self.path, self.identity, STORE_PATIENCE if patience is None else patience
+        )
 
     def close(self) -> None:
         self.db.close()
+        if self.identity is not None and self.identity.lost is not None:
+            self.identity.drop_journal()  # the run's last connection to the lost file is closed
+        if self.lock is not None:  # after the database: no connection of this run is left
+            self.lock.release()
 
     def __enter__(self) -> Store:
         return self
@@ -277,6 +343,38 @@ class Store:
 
     def set_meta(self, name: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
+
+    def import_unstored(self) -> int:
+        """Write the statements a run kept in side files (``unstored-*.jsonl``) when the disk
+        refused them, then delete the files: the completions stored. A file's import is marked
+        in the same transaction until the file is gone, so an import cut short is done again
+        and never twice (keys are unique; events and failures are not)."""
+        completions = 0
+        for side in sorted(self.run_dir.glob(UNSTORED_GLOB)):
+            marker = f"imported {side.name}"
+            if self.meta(marker) is None:
+                statements = read_side_file(side)
+                try:
+                    begin_immediate(self.db)
+                    for sql, params in statements:
+                        self.db.execute(sql, params)
+                    self.set_meta(marker, str(len(statements)))
+                    self.db.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                    raise StoreError(
+                        f"cannot import {side} into the store ({exc}); free disk space and rerun "
+                        "the same command"
+                    ) from None
+                imported = sum(sql == INSERT_COMPLETION for sql, _ in statements)
+                completions += imported
+                _log.warning(
+                    "imported %d completions a run could not store from %s", imported, side
+                )
+            side.unlink()
+            self.db.execute("DELETE FROM meta WHERE name = ?", (marker,))
+        return completions
 
     # -- completions ----------------------------------------------------------------------------
 
@@ -353,9 +451,24 @@ class Store:
 
     def add_samples(self, samples: list[TokenSample]) -> None:
         rows = [sample_row(s) for s in samples]  # made before the lock is taken
-        begin_immediate(self.db)
-        self.db.executemany(INSERT_SAMPLE, rows)
-        self.db.execute("COMMIT")
+        self._write_samples(INSERT_SAMPLE, rows)
+
+    def _write_samples(self, sql: str, rows: list[tuple]) -> None:
+        """``executemany`` in one transaction, waiting out a disk that refuses it like the
+        completion writer does: samples can be made again, but a run that has stored every
+        completion should not end in an error for want of a moment's disk space."""
+        try:
+            write_patiently(
+                lambda: _transaction(self.db, sql, rows),
+                STORE_PATIENCE,
+                lambda: f"{len(rows)} samples",
+                self.run_dir,
+            )
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"cannot write samples to the store ({exc}); the completions are stored: free "
+                "disk space and run draftgen export to reconstruct the rest"
+            ) from None
 
     def providers_with_reason(self, reason: str) -> set[str]:
         return {
@@ -402,12 +515,10 @@ class Store:
 
     def flag_samples(self, flags: list[tuple[str, str, str]]) -> None:
         """Mark samples unverified: (key, reason, detail)."""
-        begin_immediate(self.db)
-        self.db.executemany(
+        self._write_samples(
             "UPDATE samples SET verified = 0, reason = ?, detail = ? WHERE key = ?",
             [(reason, detail, key) for key, reason, detail in flags],
         )
-        self.db.execute("COMMIT")
 
     def export_rows(self, include_unverified: bool) -> Iterator[dict]:
         """The samples an export holds, in order, ``input_ids`` a list of ints."""
@@ -753,6 +864,7 @@ class Store:
         store = cls.__new__(cls)
         store.run_dir = Path(run_dir)
         store.path = store.run_dir / DB_NAME
+        store.lock = store.identity = None
         store.db = sqlite3.connect(store.path, isolation_level=None)
         return store
 
@@ -763,6 +875,7 @@ class Store:
         store = cls.__new__(cls)
         store.path = Path(path)
         store.run_dir = store.path.parent
+        store.lock = store.identity = None
         store.db = sqlite3.connect(store.path, isolation_level=None)
         store.db.execute("PRAGMA synchronous=OFF")
         store.db.execute("PRAGMA journal_mode=OFF")
@@ -868,54 +981,379 @@ class Store:
 
 
 class RunLock:
-    """An exclusive lock on a run directory, naming the process that holds it."""
+    """An exclusive lock on a run directory, naming the process that holds it.
+
+    Two ``flock``s: one on the directory itself, which deleting a file cannot free, keeps other
+    runs out; one on ``draftgen.lock``, whose text names the holder for ``status`` (and which
+    a draftgen from before the directory lock still honours). A lock file deleted under a run is
+    made again at the run's next commit (``keep``).
+    """
+
+    # (st_dev, st_ino) of the directories this process holds: its own run is not "another run".
+    _held: ClassVar[set[tuple[int, int]]] = set()
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = Path(run_dir) / LOCK_NAME
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self.made_file = False  # the lock file did not exist before ``acquire``
         self._handle = None
+        self._file_key: tuple[int, int] | None = None
+        self._dir_fd: int | None = None
+        self._dir_key: tuple[int, int] | None = None
 
     def acquire(self) -> None:
+        fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._in_use(_lock_file_text(self.path)) from None
+        try:
+            self.made_file = not self.path.exists()
+            self._take_file()
+        except BaseException:
+            os.close(fd)
+            raise
+        self._dir_fd, self._dir_key = fd, _fd_key(fd)
+        RunLock._held.add(self._dir_key)
+
+    def _take_file(self) -> None:
+        """Open and lock the lock file (made if missing) and write this process's pid in it."""
         handle = open(self.path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = handle.read().strip() or None
             handle.close()
-            raise StoreError(
-                f"{self.path.parent} is in use by draftgen {holder}; wait for it to finish or "
-                "stop it before running again on this directory"
-            ) from None
+            raise self._in_use(holder) from None  # a draftgen that locks only the file
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
         handle.flush()
-        self._handle = handle
+        self._handle, self._file_key = handle, _fd_key(handle.fileno())
+
+    def _in_use(self, holder: str | None) -> StoreError:
+        who = (
+            f"draftgen {holder}"
+            if holder
+            else f"another draftgen process (its {LOCK_NAME} was deleted)"
+        )
+        return StoreError(
+            f"{self.run_dir} is in use by {who}; wait for it to finish or stop it before running "
+            "again on this directory"
+        )
+
+    def keep(self) -> None:
+        """Make the lock file again if it was deleted or replaced, so that ``status`` still
+        names this process; the directory's own lock keeps other runs out meanwhile, so the run
+        goes on."""
+        if self._dir_fd is None:
+            return
+        try:
+            if _file_key(self.path) == self._file_key:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # cannot tell (permissions): nothing to mend
+        old = self._handle
+        try:
+            self._take_file()
+        except (OSError, StoreError):
+            return  # an older draftgen holds the new file: the directory is still this run's
+        if old is not None:
+            old.close()
+        _log.warning("%s was deleted or replaced during the run; it is made again", self.path)
 
     def release(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        if self._dir_fd is not None:
+            RunLock._held.discard(self._dir_key)
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     @staticmethod
     def holder(run_dir: Path, ignore_own: bool = False) -> str | None:
-        """Who holds the lock now (``"pid N"``: a run is working on the directory), or None.
+        """Who holds the directory now (``"pid N"``, or ``"another process"`` if its lock file
+        is gone: a run is working on the directory), or None.
 
         Reading takes no lock a run would wait for: a shared lock is tried and let go at once.
         ``ignore_own``: this process's own run is not "another run" (a run's final summary).
         """
         try:
-            handle = open(Path(run_dir) / LOCK_NAME)
+            fd = os.open(Path(run_dir), os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
-            return None  # never locked (no lock file) or unreadable: no run can hold it
-        with handle:
+            return None  # no directory: no run can hold it
+        try:
+            own = _fd_key(fd) in RunLock._held
             try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                held = False
             except BlockingIOError:
-                holder = handle.read().strip() or "another process"
-                return None if ignore_own and holder == f"pid {os.getpid()}" else holder
-            fcntl.flock(handle, fcntl.LOCK_UN)
+                held = True
+        finally:
+            os.close(fd)
+        if own:
+            return None if ignore_own else f"pid {os.getpid()}"
+        named = _lock_file_holder(Path(run_dir) / LOCK_NAME)
+        if held:
+            return named or "another process"
+        return named  # a draftgen from before the directory lock holds only the file
+
+
+def _lock_file_holder(path: Path) -> str | None:
+    """The text of a lock file whose lock is held (``"another process"`` if it is blank), or
+    None if no process holds it."""
+    try:
+        handle = open(path)
+    except OSError:
         return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return handle.read().strip() or "another process"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def _lock_file_text(path: Path) -> str | None:
+    """What a lock file says (``"pid N"``), or None if it is gone or blank."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _fd_key(fd: int) -> tuple[int, int]:
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino
+
+
+def _file_key(path: Path) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise StoreError(
+            f"{run_dir} is a file, not a run directory; give a directory (new or a run's) instead"
+        )
+
+
+def run_files(run_dir: Path) -> list[str]:
+    """The files of a run in ``run_dir`` besides its database: what shows a run was here."""
+    names = [LOCK_NAME, REJECTED_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm"]
+    found = [name for name in names if (run_dir / name).exists()]
+    for pattern in (RECOVERED_GLOB, UNSTORED_GLOB):
+        found += sorted(path.name for path in run_dir.glob(pattern))
+    return found
+
+
+def check_store_file(run_dir: Path, create: bool, ignore: Collection[str] = ()) -> None:
+    """Refuse a database file that is not a run's store before SQLite would take it for a new
+    one: an empty (0-byte) file where a run's other files show a run was here (a store emptied
+    under a run would start it over, buying everything again), or a file that is not SQLite. A
+    brand-new directory (``create``) starts a new run; ``ignore``: files that show nothing."""
+    path = run_dir / DB_NAME
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        if create:
+            return
+        saved = sorted(run_dir.glob(RECOVERED_GLOB))
+        hint = f"; {saved[-1]} holds the store a run saved: move it to {path}" if saved else ""
+        raise StoreError(f"{run_dir} holds no draftgen run ({DB_NAME} is missing{hint})") from None
+    except OSError:
+        return  # SQLite's open says what is wrong
+    if size == 0:
+        found = [name for name in run_files(run_dir) if name not in ignore]
+        if found:
+            raise StoreError(
+                f"{path} is empty (0 bytes) but {run_dir} holds a run's files ({', '.join(found)}):"
+                " put the store back from a backup, or delete it to start the run over (every "
+                "completion is then bought again)"
+            )
+        if not create:
+            raise StoreError(f"{run_dir} holds no draftgen run ({DB_NAME} is empty)")
+    # A file that is not SQLite is refused by SQLite's own first read (``not_a_store``): opening
+    # it here would not do, since closing any descriptor of the file drops every lock this
+    # process's connections hold on it, and another process would then take the store for idle.
+
+
+def not_a_store(path: Path) -> StoreError:
+    return StoreError(
+        f"{path} is not an SQLite database: put the run's store back from a backup, or move it "
+        f"out of {path.parent} to start the run over"
+    )
+
+
+def restore_recovered(run_dir: Path) -> None:
+    """Put back the store a run saved when its database was deleted under it (see
+    ``StoreIdentity``), or refuse a directory where that store and another one compete."""
+    path = run_dir / DB_NAME
+    if not path.exists():
+        # A journal without its database is the deleted store's: SQLite would lay its pages
+        # over the next database opened here.
+        for suffix in ("-wal", "-shm"):
+            (run_dir / f"{DB_NAME}{suffix}").unlink(missing_ok=True)
+    recovered = sorted(run_dir.glob(RECOVERED_GLOB))
+    if not recovered:
+        return
+    if len(recovered) == 1 and not path.exists():
+        os.replace(recovered[0], path)
+        _log.warning("resuming from %s, saved when the store was deleted under a run", recovered[0])
+        return
+    names = ", ".join(str(p) for p in recovered)
+    if path.exists():
+        raise StoreError(
+            f"{names} holds the store of a run whose {DB_NAME} was replaced under it: move it to "
+            f"{path} to resume from it, or out of {run_dir} to resume from the store there"
+        )
+    raise StoreError(
+        f"{run_dir} holds {len(recovered)} saved stores ({names}) and no {DB_NAME}: move the one "
+        f"to resume from to {path} and the others out of {run_dir}"
+    )
+
+
+class StoreIdentity:
+    """The database file a store opened (device and inode), checked against its path.
+
+    SQLite goes on writing to a file deleted or replaced under it, where nothing will find the
+    rows: the run's writer checks after every commit (an ``os.stat`` of the database and one of
+    the lock file, 4 µs together, where a commit's fsync takes 300 µs or more) and, if the file
+    at the path is another one, saves what the still-open connection holds to
+    ``recovered-<time>.sqlite`` with SQLite's backup and stops the run. The run's lock file is
+    watched too (``RunLock.keep``).
+    """
+
+    def __init__(self, path: Path, lock: RunLock | None = None) -> None:
+        self.path = path
+        self.key = _file_key(path)
+        self.lock = lock
+        self.recovery: Path | None = None  # where the rows were saved once the file was lost
+        self.lost: str | None = None  # the message of the loss, once found
+        self._journal: dict[Path, tuple[int, int]] = {}  # the lost file's -wal and -shm
+        self._saving = threading.Lock()
+
+    def check(self, db: sqlite3.Connection) -> None:
+        """Raise ``StoreHalted`` if the file at the path is not the one opened, having saved
+        what ``db`` (a connection to the file opened) holds on the first time."""
+        if self.lost is None and self._holds_path():
+            if self.lock is not None:
+                self.lock.keep()
+            return
+        with self._saving:
+            if self.lost is None:
+                self.lost = self._save(db)
+        raise StoreHalted(self.lost)
+
+    def save_again(self, db: sqlite3.Connection) -> None:
+        """Save what ``db`` holds once more, over the first save: rows written after the loss."""
+        with self._saving:
+            if self.recovery is not None:
+                with contextlib.suppress(OSError, sqlite3.Error):
+                    _backup(db, self.recovery)
+
+    def drop_journal(self) -> None:
+        """Delete the lost file's journal (``-wal``, ``-shm``) once no connection of this
+        process holds the file: SQLite keeps it when its file has moved, and would lay its pages
+        over the next database opened at the path."""
+        for path, key in self._journal.items():
+            with contextlib.suppress(OSError):
+                if _file_key(path) == key:
+                    path.unlink()
+
+    def _holds_path(self) -> bool:
+        try:
+            return _file_key(self.path) == self.key
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            return True  # cannot tell (permissions): a paid run is not stopped on a guess
+
+    def _save(self, db: sqlite3.Connection) -> str:
+        """Save the rows ``db`` holds beside the path; the sentence that stops the run."""
+        deleted = not self.path.exists()
+        for suffix in ("-wal", "-shm"):  # still the lost file's: its connections have them open
+            with contextlib.suppress(OSError):
+                journal = self.path.with_name(self.path.name + suffix)
+                self._journal[journal] = _file_key(journal)
+        what = f"{self.path} was deleted or replaced while the run was writing to it"
+        target = self.path.parent / f"recovered-{time.strftime('%Y%m%dT%H%M%S')}.sqlite"
+        try:
+            completions = _backup(db, target)
+        except (OSError, sqlite3.Error) as exc:
+            return (
+                f"{what}, and the store it held could not be saved ({exc}): its completions are "
+                "lost, and the same command starts the run over"
+            )
+        self.recovery = target
+        _log.warning("saved the %d completions of the lost store in %s", completions, target)
+        if deleted:
+            return (
+                f"{what}; the store it held is saved in {target}, which the same command "
+                "resumes from"
+            )
+        return (
+            f"{what}; the store it held is saved in {target}: move it to {self.path}, in place "
+            "of the file put there, and rerun the same command to resume"
+        )
+
+
+def _backup(db: sqlite3.Connection, target: Path) -> int:
+    """Copy the database ``db`` holds to ``target`` (whole, or not at all); its completions."""
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    copy = sqlite3.connect(partial)
+    try:
+        db.backup(copy)
+        completions = copy.execute("SELECT count(*) FROM completions").fetchone()[0]
+    finally:
+        copy.close()
+    with open(partial, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, target)
+    _sync_directory(target.parent)
+    return completions
+
+
+def _sync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def side_file_line(sql: str, params: tuple) -> bytes:
+    """One statement of a side file as a JSON line (blobs as hex, their places listed)."""
+    blobs = [i for i, value in enumerate(params) if isinstance(value, bytes)]
+    values = [value.hex() if i in blobs else value for i, value in enumerate(params)]
+    return orjson.dumps({"sql": sql, "params": values, "blobs": blobs}) + b"\n"
+
+
+def read_side_file(path: Path) -> list[tuple[str, tuple]]:
+    """The statements of a side file; a line cut short by a crash is left out (its write was
+    never reported done, so its turn is asked again)."""
+    statements = []
+    with open(path, "rb") as handle:
+        for line in handle:
+            try:
+                entry = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            params = [
+                bytes.fromhex(value) if i in entry["blobs"] else value
+                for i, value in enumerate(entry["params"])
+            ]
+            statements.append((entry["sql"], tuple(params)))
+    return statements
 
 
 class SampleTally:
@@ -968,13 +1406,30 @@ class CompletionWriter:
 
     A group's writers are woken by one call into their event loop, not one each: thousands of
     completions a second would otherwise cost as many wake-ups of the loop.
+
+    ``identity``: the file the run's store opened (None: the one at ``path`` now), checked after
+    every commit. ``patience``: seconds a write the disk refuses (full, I/O error, locked) is
+    tried again, its rows held in memory, before it is kept in a side file
+    (``unstored-<time>.jsonl``, imported by the next run) and the run stopped; None: it fails at
+    once, as for a store written outside a run (``Store.open_writer`` gives a run's writer).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, identity: StoreIdentity | None = None, patience: float | None = None
+    ) -> None:
         self.failure_reasons: collections.Counter = collections.Counter()  # this process's
         # (statements, the future of the coroutine awaiting them, or None), or None to stop.
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._db = connect(path)
+        self._identity = identity or StoreIdentity(Path(path))
+        self._patience = patience
+        self._side_file = Path(path).parent / (
+            f"unstored-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
+        )
+        self._gave_up = False  # a write went to the side file: later ones wait no longer
+        self._waited = 0.0  # seconds the last refused write was tried
+        self._unsaved = False  # rows written after the store was lost, not yet saved
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="draftgen-store", daemon=True)
         self._thread.start()
 
@@ -1019,8 +1474,11 @@ class CompletionWriter:
         await future
 
     def close(self) -> None:
+        self._closing.set()  # a write being retried goes to the side file now
         self._queue.put(None)
         self._thread.join()
+        if self._unsaved:
+            self._identity.save_again(self._db)
         self._db.close()
 
     def _run(self) -> None:
@@ -1043,11 +1501,16 @@ class CompletionWriter:
     def _commit(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
         """Commit a group in one transaction and wake its writers; whatever fails, fails their
         awaits with a ``StoreError``, never this thread (its death left a run waiting forever)."""
+        started = time.monotonic()
         try:
-            self._write(batch)
+            self._write_patiently(batch)
         except sqlite3.OperationalError as exc:
+            self._waited = time.monotonic() - started
             # The store itself (disk full, I/O, lock): every write of the group fails alike.
-            _settle(batch, StoreError(f"cannot write to the store: {exc}"))
+            if self._patience is None:
+                _settle(batch, StoreError(f"cannot write to the store: {exc}"))
+            else:
+                _settle(batch, StoreHalted(self._keep_aside(batch, exc)))
             return
         except Exception as exc:
             if len(batch) > 1:
@@ -1057,7 +1520,26 @@ class CompletionWriter:
                 return
             _settle(batch, StoreError(_write_failure(exc)))
             return
+        was_lost = self._identity.lost is not None
+        try:
+            # After the commit: the rows are in the file the connection holds, which a loss saves.
+            self._identity.check(self._db)
+        except StoreHalted as exc:
+            self._unsaved = was_lost
+            _settle(batch, exc)
+            return
         _settle(batch, None)
+
+    def _write_patiently(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
+        """``_write``, tried again while the disk refuses it for up to ``patience`` seconds (none
+        once a write went to the side file, or as the writer closes); raises the last error."""
+        write_patiently(
+            lambda: self._write(batch),
+            0.0 if self._gave_up or self._patience is None else self._patience,
+            lambda: f"{len(batch) + self._queue.qsize()} writes",
+            self._side_file.parent,
+            self._closing,
+        )
 
     def _write(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
         begin_immediate(self._db)
@@ -1070,6 +1552,136 @@ class CompletionWriter:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+
+    def _keep_aside(self, batch: list[tuple[list, asyncio.Future | None]], exc: Exception) -> str:
+        """Keep a write the store refused in the side file, or at least list its completions in
+        the log; the sentence that stops the run."""
+        waited = f" for {self._waited:.0f} s" if self._waited >= 1 else ""
+        reason = f"cannot write to the store{waited} ({exc})"
+        try:
+            self._append_side_file(batch)
+        except (OSError, TypeError, orjson.JSONEncodeError) as err:
+            paid = [f"{key} (generation {gen})" for key, gen in _completion_ids(batch)]
+            _log.error(
+                "%s nor to %s (%s); these completions were paid for and are not stored: %s",
+                reason,
+                self._side_file,
+                err,
+                ", ".join(paid) or "none",
+            )
+            listed = ", ".join(paid[:3]) + (f" and {len(paid) - 3} more" if len(paid) > 3 else "")
+            return (
+                f"{reason} nor to {self._side_file} ({err}): the {len(paid)} completions of the "
+                f"failed write are lost, and the log lists their keys and generation ids ("
+                f"{listed or 'none'}); free disk space and rerun the same command"
+            )
+        if not self._gave_up:
+            _log.warning("kept a write the store refused in %s", self._side_file)
+        self._gave_up = True
+        return (
+            f"{reason}; the writes it refused are kept in {self._side_file}, which the next run "
+            "imports: free disk space and rerun the same command to resume"
+        )
+
+    def _append_side_file(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
+        lines = b"".join(
+            side_file_line(sql, params) for statements, _ in batch for sql, params in statements
+        )
+        made = not self._side_file.exists()
+        try:
+            with open(self._side_file, "ab") as handle:
+                handle.write(lines)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError:
+            if made:  # an empty or cut file would only say something was kept
+                self._side_file.unlink(missing_ok=True)
+            raise
+        if made:
+            _sync_directory(self._side_file.parent)
+
+
+def write_patiently(
+    write: Callable[[], None],
+    patience: float,
+    waiting: Callable[[], str],
+    where: Path,
+    stop: threading.Event | None = None,
+) -> None:
+    """Call ``write``, and again while the disk refuses it (``_disk_refused``) for up to
+    ``patience`` seconds, sooner if ``stop`` is set; a warning every ``WARN_EVERY`` seconds
+    names what waits (``waiting()``) and where space is wanted. Raises the last error."""
+    started = time.monotonic()
+    delay, warned = RETRY_FIRST_DELAY, None
+    while True:
+        try:
+            write()
+        except sqlite3.OperationalError as exc:
+            waited = time.monotonic() - started
+            stopped = stop is not None and stop.is_set()
+            if not _disk_refused(exc) or stopped or waited >= patience:
+                raise
+            if warned is None or time.monotonic() - warned >= WARN_EVERY:
+                warned = time.monotonic()
+                _log.warning(
+                    "cannot write to the store (%s): %s wait in memory and are tried again for "
+                    "up to %.0f s more; free disk space in %s",
+                    exc,
+                    waiting(),
+                    patience - waited,
+                    where,
+                )
+            (stop or threading.Event()).wait(min(delay, patience - waited))
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+            continue
+        if warned is not None:
+            _log.warning(
+                "the store took the waiting writes after %.1f s", time.monotonic() - started
+            )
+        return
+
+
+def _transaction(db: sqlite3.Connection, sql: str, rows: list[tuple]) -> None:
+    """``executemany`` in one write transaction, rolled back if it fails (a COMMIT refused for
+    a full disk leaves the transaction open)."""
+    begin_immediate(db)
+    try:
+        db.executemany(sql, rows)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _disk_refused(exc: sqlite3.OperationalError) -> bool:
+    """A write the disk or another connection refused for now (full, I/O error, locked), which
+    a later try may get through, unlike a statement that cannot work."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        primary = code & 0xFF
+        return primary in (
+            sqlite3.SQLITE_FULL,
+            sqlite3.SQLITE_IOERR,
+            sqlite3.SQLITE_BUSY,
+            sqlite3.SQLITE_LOCKED,
+        )
+    text = str(exc)
+    return any(words in text for words in ("disk is full", "disk I/O error", "is locked"))
+
+
+def _completion_ids(batch: list[tuple[list, asyncio.Future | None]]) -> list[tuple[str, str]]:
+    """(key, generation id) of each completion a group of writes stores."""
+    return [
+        (params[0], params[4])
+        for statements, _ in batch
+        for sql, params in statements
+        if sql == INSERT_COMPLETION
+    ]
+
+
+def _completions_in(batch: list[tuple[list, asyncio.Future | None]]) -> int:
+    return len(_completion_ids(batch))
 
 
 def _write_failure(exc: Exception) -> str:

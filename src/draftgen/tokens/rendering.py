@@ -15,7 +15,6 @@ import datetime as dt
 import functools
 import importlib.util
 import inspect
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,16 @@ from draftgen.profiles import (
 from draftgen.records import GenerationSettings, Rendering
 from draftgen.tokens import tokenizer as tok
 from draftgen.tokens.harmony import HarmonyRenderer
+from draftgen.tokens.mistral import MistralRenderer
+from draftgen.tokens.server_messages import (
+    STRING,
+    arguments_as_text,
+    content_format,
+    developer_as_system,
+    dumped_tools,
+    template_conversation,
+    validated_messages,
+)
 from draftgen.tokens.tokenizer import encoder_path, tokenizer_encodes_chat
 
 
@@ -60,61 +69,32 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def server_messages(messages: list[dict], profile: ModelProfile) -> list[dict]:
-    """``messages`` as vLLM and SGLang hand them to a template.
-
-    Tool-call ``arguments`` arrive as JSON text on the wire; servers parse them into objects
-    before rendering (an empty text becomes ``{}``, invalid JSON stays text), except for
-    families whose template concatenates the text (``profile.tool_arguments_as_text``).
-    Reasoning is given under every name a template may read (``reasoning_content``,
-    ``reasoning``, ``thinking``) and keys whose value is None are dropped, as vLLM does and
-    transformers 5 does before rendering, so the prompt is the same whichever transformers
-    renders it. The input is not changed.
-    """
-    prepared: list[dict] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            prepared.append(message)
-            continue
-        if any(value is None for value in message.values()):
-            # transformers 5 drops keys whose value is None before rendering; 4 does not.
-            message = {key: value for key, value in message.items() if value is not None}
-        reasoning = next(
-            (message[key] for key in REASONING_FIELDS if message.get(key) is not None), None
-        )
-        calls = message.get("tool_calls")
-        parse = message.get("role") == "assistant" and isinstance(calls, list)
-        if reasoning is None and not (parse and not profile.tool_arguments_as_text):
-            prepared.append(message)
-            continue
-        message = dict(message)
-        if reasoning is not None:
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-            message["reasoning"] = message.get("reasoning") or reasoning
-        if parse and not profile.tool_arguments_as_text:
-            message["tool_calls"] = [_parsed_call(call) for call in calls]
-        prepared.append(message)
-    return prepared
-
-
-# Where a message may carry its reasoning, in the order transformers 5 reads them.
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-
-
-def _parsed_call(call: object) -> object:
-    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-        return call
-    function = dict(call["function"])
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        if not arguments.strip():
-            function["arguments"] = {}
-        else:
-            try:
-                function["arguments"] = json.loads(arguments)
-            except ValueError:
-                pass  # a server keeps what it cannot parse; the template decides
-    return {**call, "function": function}
+def server_messages(
+    messages: list[dict],
+    profile: ModelProfile,
+    template: str | None = None,
+    encoder: bool = False,
+) -> list[dict]:
+    """``messages`` as vLLM hands them to this family's Jinja ``template``, Python ``encoder``
+    or (neither) the tokenizer's own chat code (``draftgen.tokens.server_messages``): reasoning
+    under ``reasoning`` and ``reasoning_content``, tool-call arguments parsed into mappings (JSON
+    text again for an encoder), content as the template takes it (else the text parts joined),
+    developer messages as system messages where the template has no such role. The input is
+    not changed."""
+    validated = validated_messages(messages)
+    if template is None:
+        conversation = template_conversation(validated, STRING, profile.encoder_part_separator)
+        if not encoder:
+            return conversation
+        # DeepSeek's wrappers hand the encoder the request's own messages too: fields of the
+        # family's own (V4's ``task``) reach it.
+        for parsed, original in zip(conversation, validated, strict=True):
+            for key, value in original.items():
+                if key != "tool_calls":
+                    parsed.setdefault(key, value)
+        return arguments_as_text(conversation)
+    conversation = template_conversation(validated, content_format(template))
+    return developer_as_system(conversation, template)
 
 
 class ChatRenderer:
@@ -132,7 +112,11 @@ class ChatRenderer:
         self.profile = profile
         # gpt-oss: vLLM renders with openai-harmony whatever the tokenizer directory holds.
         self.harmony = HarmonyRenderer(tokenizer) if profile.prompt_renderer == "harmony" else None
-        if self.harmony is not None:
+        # Mistral: vLLM renders with mistral-common (tokenizer_mode mistral), never a template.
+        self.mistral = (
+            MistralRenderer(tokenizer) if profile.prompt_renderer == "mistral-common" else None
+        )
+        if self.harmony is not None or self.mistral is not None:
             encoder = None
         elif encoder is None:
             encoder = chat_encoder_of(tokenizer)
@@ -149,6 +133,8 @@ class ChatRenderer:
     def kind(self) -> str:
         if self.harmony is not None:
             return "harmony"
+        if self.mistral is not None:
+            return "mistral-common"
         if self.encoder is not None:
             return "python-encoder"
         return "tokenizer" if self.encodes_chat else "jinja"
@@ -192,17 +178,23 @@ class ChatRenderer:
         want_ids: bool = True,
     ) -> tuple[str, list[int] | None]:
         if self.harmony is not None:
-            # Harmony reads the request's messages as sent: only ``reasoning`` is reasoning,
-            # arguments stay text (vLLM parses nothing for it).
-            return self.harmony.render(messages, tools, variables, now)
-        prepared = server_messages(messages, self.profile)
+            # Harmony reads the validated request: ``reasoning_content`` is ``reasoning``,
+            # arguments stay the text sent (vLLM parses nothing for it).
+            return self.harmony.render(validated_messages(messages), tools, variables, now)
+        if self.mistral is not None:
+            # The validated request too (vllm/tokenizers/mistral.py then pops ``reasoning``).
+            return self.mistral.render(validated_messages(messages), tools, variables, now)
+        # Tools as the server dumps its request model: a list (rows hold a tuple; Kimi's
+        # tokenizers sort the keys of dicts inside a list only), description and parameters
+        # always present.
+        tools = dumped_tools(list(tools)) if tools else None
         if self.encoder is not None:
+            prepared = server_messages(messages, self.profile, encoder=True)
             return self.encoder.render(prepared, tools, variables, self.profile), None
+        prepared = server_messages(messages, self.profile, chat_template_of(self.tokenizer, tools))
         kwargs: dict[str, Any] = {"add_generation_prompt": True, **variables}
         if tools:
-            # A list, as the server has it from the JSON body (rows hold a tuple): Kimi's
-            # tokenizers sort the keys of dicts inside a list only.
-            kwargs["tools"] = copy.deepcopy(list(tools))
+            kwargs["tools"] = tools
         _install_clock(self.tokenizer, tools)
         token = _CLOCK.set(now)
         try:
@@ -215,6 +207,15 @@ class ChatRenderer:
         finally:
             _CLOCK.reset(token)
         return text, ids
+
+
+def chat_template_of(tokenizer: Any, tools: list[dict] | None) -> str | None:
+    """The Jinja template the server renders with, or None for a tokenizer that encodes chat
+    without one (Kimi K3's class)."""
+    try:
+        return tokenizer.get_chat_template(None, tools)
+    except Exception:  # no template: transformers raises ValueError
+        return None
 
 
 _CHAT_IDS: dict[int, tuple[Any, bool]] = {}
@@ -291,7 +292,7 @@ def chat_ids_are_text_ids(tokenizer: Any, profile: ModelProfile) -> bool:
             kwargs: dict[str, Any] = {"add_generation_prompt": True, **variables}
             if tools:
                 kwargs["tools"] = copy.deepcopy(tools)
-            prepared = server_messages(messages, profile)
+            prepared = server_messages(messages, profile, chat_template_of(tokenizer, tools))
             try:
                 text = tokenizer.apply_chat_template(prepared, tokenize=False, **kwargs)
                 ids = ids_of(tokenizer.apply_chat_template(prepared, tokenize=True, **kwargs))

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from typing import Any
 
 from draftgen.collector import not_collecting
 from draftgen.errors import DraftgenError
 from draftgen.tokens import fast_encoder
+from draftgen.tokens.mistral import load_mistral_tokenizer, mistral_tokenizer_file
 from draftgen.tokens.tokenizer_cache import cached_load
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -30,7 +32,10 @@ def load_tokenizer(spec: str) -> Any:
     """Return a ``transformers`` tokenizer for ``spec`` (cached per process)."""
     import transformers
 
+    from draftgen.logs import adopt_third_party
+
     transformers.logging.set_verbosity_error()
+    adopt_third_party()  # huggingface_hub's own handler, added on import, would print raw lines
     directory = tokenizer_directory(spec)
     if directory is None and (
         spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec)
@@ -40,9 +45,25 @@ def load_tokenizer(spec: str) -> Any:
             f"tokenizer {spec!r} is not a directory; pass the directory holding the target's "
             "tokenizer_config.json, a hub id (ORG/NAME), or fixture:NAME"
         )
+    if directory is None:
+        refuse_opaque(spec)
+    if directory is not None and mistral_tokenizer_file(directory) is not None:
+        # vLLM serves a directory holding tekken.json or tokenizer.model.v* with mistral-common
+        # (tokenizer_mode "auto" picks it: vllm/tokenizers/registry.py), which also renders the
+        # prompt (draftgen.tokens.mistral): no chat template is needed or read.
+        try:
+            return load_mistral_tokenizer(directory)
+        except Exception as exc:  # mistral-common raises asserts and its own errors
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            raise TokenizerLoadError(
+                f"cannot load the mistral-common tokenizer of {spec!r} "
+                f"({exc.__class__.__name__}: {first_line})"
+            ) from exc
 
     def load() -> Any:
-        return transformers.AutoTokenizer.from_pretrained(directory or spec, trust_remote_code=True)
+        if directory is None:
+            return _load_from_hub(spec, transformers)
+        return transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=True)
 
     try:
         # Millions of short-lived objects (tokenizer.json read whole): collecting them as they
@@ -50,6 +71,8 @@ def load_tokenizer(spec: str) -> Any:
         with not_collecting():
             # A local directory's tokenizer is kept for the next process (``tokenizer_cache``).
             tokenizer = load() if directory is None else cached_load(directory, load)
+    except TokenizerLoadError:
+        raise
     except Exception as exc:  # transformers raises many types; the user needs one sentence
         if _is_removed_bytes_to_unicode(exc):
             raise TokenizerLoadError(
@@ -71,6 +94,70 @@ def load_tokenizer(spec: str) -> Any:
             "(or the model's encoding/encoding_*.py chat encoder beside it)"
         )
     return tokenizer
+
+
+# How long the one request that tells whether the hub answers may take; a hub id is then loaded
+# with huggingface_hub's retries only when it does (they take 48 s to give up on a network that
+# is not there), and from the local cache alone when it does not.
+HUB_PROBE_SECONDS = 5.0
+OFFLINE_HINT = "pass a local directory (a downloaded model folder) with --tokenizer"
+# A hub id is ORG/NAME (or a legacy NAME, short); no part is longer than 96 characters.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?")
+LEGACY_NAME_CHARS = 32
+
+
+def refuse_opaque(spec: str) -> None:
+    """TokenizerLoadError, naming ``spec`` by its length only, when it cannot be a hub id and may
+    be a key (key-shaped, or a long value with no ORG/): it is neither sent to the hub nor shown."""
+    from draftgen.redact import redact
+
+    if redact(spec) != spec or ("/" not in spec and len(spec) >= LEGACY_NAME_CHARS):
+        raise TokenizerLoadError(
+            f"the tokenizer given is a {len(spec)}-character value that is no directory, hub id "
+            "or fixture and may be a key (not shown, not sent to the hub); pass a local "
+            "directory (a downloaded model folder), a hub id (ORG/NAME) or fixture:NAME"
+        )
+    if not _HUB_ID.fullmatch(spec):
+        raise TokenizerLoadError(
+            f"tokenizer {spec!r} is neither a directory nor a hub id (ORG/NAME); pass a local "
+            "directory (a downloaded model folder), a hub id or fixture:NAME"
+        )
+
+
+def _load_from_hub(spec: str, transformers) -> Any:
+    """The tokenizer of hub id ``spec``: downloaded (or revalidated) when the hub answers, else
+    from the local Hugging Face cache, else one sentence saying what to pass instead."""
+    from huggingface_hub import constants
+
+    def load(**kwargs) -> Any:
+        return transformers.AutoTokenizer.from_pretrained(spec, trust_remote_code=True, **kwargs)
+
+    offline = constants.HF_HUB_OFFLINE
+    if not offline and _hub_answers(constants.ENDPOINT):
+        return load()
+    try:
+        return load(local_files_only=True)
+    except OSError:  # transformers' "couldn't find them in the cached files"
+        why = (
+            "HF_HUB_OFFLINE is set"
+            if offline
+            else f"the hub ({constants.ENDPOINT}) cannot be reached from this machine"
+        )
+        raise TokenizerLoadError(
+            f"cannot load tokenizer {spec!r}: {why} and it is not in the local Hugging Face "
+            f"cache; {OFFLINE_HINT}"
+        ) from None
+
+
+def _hub_answers(endpoint: str) -> bool:
+    """Whether ``endpoint`` answers one request at all (any status) within HUB_PROBE_SECONDS."""
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(endpoint, timeout=HUB_PROBE_SECONDS)
+    except Exception:  # httpx2's connect, timeout and proxy errors: the hub is out of reach
+        return False
+    return True
 
 
 def tokenizer_directory(spec: str) -> str | None:
@@ -217,6 +304,8 @@ _IDENTITY_PATTERNS = (
     "*.tiktoken",
     "*.model",
     "tiktoken.model",
+    "tekken.json",  # mistral-common's tokenizers (draftgen.tokens.mistral)
+    "tokenizer.model.v*",
     "tokenization_*.py",
     "tool_declaration*.py",
     "encoding/*.py",

@@ -222,7 +222,7 @@ class BatchRun:
             async with http:
                 await self._prices()
                 with display:
-                    for signum in (signal.SIGINT, signal.SIGTERM):
+                    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                         loop.add_signal_handler(signum, on_interrupt)
                     try:
                         await self._work()
@@ -230,7 +230,7 @@ class BatchRun:
                         if not self.stop.is_set():
                             raise
                     finally:
-                        for signum in (signal.SIGINT, signal.SIGTERM):
+                        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                             loop.remove_signal_handler(signum)
         except BatchApiError as exc:
             raise BatchRunError(
