@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -53,20 +52,6 @@ def load_mistral_tokenizer(directory: str) -> MistralCommonTokenizer:
             f"{path.name} is a mistral-common tokenizer, which vLLM renders with mistral-common: "
             f"install it with pip install mistral-common ({exc})"
         ) from exc
-
-
-@functools.cache
-def _byte_level_alphabet() -> dict[int, str]:
-    """GPT-2's byte-level alphabet, in which the rest of draftgen reads vocabularies."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    printable += range(ord("®"), ord("ÿ") + 1)
-    mapping = {b: chr(b) for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + shifted)
-            shifted += 1
-    return mapping
 
 
 class MistralCommonTokenizer:
@@ -160,7 +145,10 @@ class MistralCommonTokenizer:
 
         vocab: dict[str, int] = {}
         if self.is_tekken:
-            table = _byte_level_alphabet()
+            # GPT-2's byte-level alphabet, in which the rest of draftgen reads vocabularies.
+            from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+            table = bytes_to_unicode()
             for i in range(self.raw.n_words):
                 if i in self.added_tokens_decoder:
                     vocab[self.added_tokens_decoder[i]] = i
