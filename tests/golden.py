@@ -11,8 +11,8 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from draftgen.generate.pipeline import RunOptions, run
 from draftgen.records import Completion, StoredCompletion
+from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store.database import Store
 from draftgen.tokens.rendering import ChatRenderer, resolve_profile

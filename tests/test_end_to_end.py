@@ -26,7 +26,7 @@ from conftest import (
     write_prompts,
 )
 
-from draftgen.generate.reconstruction import WHERE_ENV
+from draftgen.reconstruct.background import WHERE_ENV
 
 FAULTS = [
     ("rate_limit", 0.05),

@@ -26,12 +26,13 @@ RANKS = {
     "draftgen.inputs": 2,
     "draftgen.backends": 2,
     "draftgen.store": 3,
-    "draftgen.reconstruct": 3,
     "draftgen.simulator": 3,
-    "draftgen.generate": 4,
-    "draftgen.outputs": 4,
-    "draftgen.api": 5,
-    "draftgen.cli": 6,
+    "draftgen.reconstruct": 4,  # reads and writes the store
+    "draftgen.generate": 5,  # the engines
+    "draftgen.outputs": 5,
+    "draftgen.run": 6,  # orchestration: drives the engines, the probe, estimate, cancel
+    "draftgen.api": 7,
+    "draftgen.cli": 8,
 }
 
 

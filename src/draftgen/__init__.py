@@ -16,12 +16,12 @@ _EXPORTS = {
     "Run": "draftgen.api",
     "RunDir": "draftgen.api",
     "Snapshot": "draftgen.api",
-    "RunOptions": "draftgen.generate.pipeline",
-    "RunSummary": "draftgen.generate.pipeline",
+    "RunOptions": "draftgen.run.pipeline",
+    "RunSummary": "draftgen.run.pipeline",
     "DraftgenError": "draftgen.errors",
     "merge_runs": "draftgen.store.merge",
-    "estimate": "draftgen.generate.estimate",
-    "EstimateOptions": "draftgen.generate.estimate",
+    "estimate": "draftgen.run.estimate",
+    "EstimateOptions": "draftgen.run.estimate",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from draftgen.store.database import DB_NAME, RunLock, Store
 
 if TYPE_CHECKING:
-    from draftgen.generate.pipeline import RunOptions, RunSummary
+    from draftgen.run.pipeline import RunOptions, RunSummary
 
 
 class Run:
@@ -40,7 +40,7 @@ class Run:
     async def execute_async(self) -> RunSummary:
         # Imported here, not at the top: reading a run directory (RunDir) needs none of the
         # run's engine (its HTTP client, endpoints, progress display).
-        from draftgen.generate.pipeline import run
+        from draftgen.run.pipeline import run
 
         return await run(self.options)
 
@@ -140,6 +140,6 @@ class RunDir:
             return Snapshot()
         # Imported only when there is work: reconstruction loads tokenizers, which reading a
         # finished run does not need.
-        from draftgen.generate.reconstruction import reconstruct_pending
+        from draftgen.reconstruct.background import reconstruct_pending
 
         return Snapshot(reconstructed=reconstruct_pending(store))

@@ -17,8 +17,8 @@ import pytest
 from draftgen.backends import BACKEND_NAMES, SettingsError, UnknownBackendError, get_backend
 from draftgen.backends.base import ApiError
 from draftgen.generate.errors import RunError
-from draftgen.generate.pipeline import RunOptions, run
 from draftgen.records import GenerationSettings
+from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store.database import Store
 
@@ -86,7 +86,7 @@ def test_servers_take_template_variables_and_no_openrouter_fields(name):
 
 
 def test_the_run_asks_its_backend_and_says_why_as_a_run_error():
-    from draftgen.generate.pipeline import generation_settings
+    from draftgen.run.pipeline import generation_settings
 
     options = RunOptions([], "m", "t", Path("out"), backend="sglang", reasoning_effort="high")
     with pytest.raises(RunError) as excinfo:

@@ -201,7 +201,7 @@ def test_reading_a_run_loads_neither_the_run_engine_nor_the_simulator(finished, 
     """export and status parse and run without importing the engine (its HTTP client, endpoints)
     or the simulator: the imports would take longer than a small export."""
     out, _ = finished
-    heavy = ("aiohttp", "draftgen.generate.pipeline", "draftgen.simulator")
+    heavy = ("aiohttp", "draftgen.run.pipeline", "draftgen.simulator")
     code = (
         "import sys\n"
         "from draftgen.cli.main import main\n"

@@ -97,7 +97,7 @@ def test_the_examples_run_defaults_are_the_librarys(tmp_path):
     theirs from there), so the three never drift apart."""
     import dataclasses
 
-    from draftgen.generate.pipeline import RunOptions
+    from draftgen.run.pipeline import RunOptions
 
     library = {f.name: f.default for f in dataclasses.fields(RunOptions)}
     library["completions_per_turn"] = library.pop("samples")

@@ -16,10 +16,10 @@ from draftgen.generate.budget import BudgetReached
 from draftgen.generate.client import FatalApiError, GenerationFailed
 from draftgen.generate.engine import LiveGeneration, SignalStop
 from draftgen.generate.errors import RunError
-from draftgen.generate.pipeline import RunOptions, generation_settings, run_profile
 from draftgen.inputs.ingest import Conversation, Rejection
 from draftgen.inputs.plan import NOTHING_TO_ANSWER, plan_turns, sample_chains
 from draftgen.inputs.shard import Shard
+from draftgen.run.pipeline import RunOptions, generation_settings, run_profile
 from draftgen.store.database import Store, StoreError
 
 TOKENIZER = "fixture:kimi-k2.5"

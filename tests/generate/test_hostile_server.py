@@ -21,7 +21,7 @@ from draftgen.generate.client import (
     GenerationFailed,
     RetryPolicy,
 )
-from draftgen.generate.pipeline import RunOptions, run
+from draftgen.run.pipeline import RunOptions, run
 
 KEY = "sk-secret-123"
 CAP = 256 * 1024  # the byte cap of these tests: far below what the hostile servers send
@@ -393,7 +393,7 @@ def test_a_run_retries_an_oversized_answer_and_stores_every_row_once(tmp_path, m
 
 
 def test_a_base_url_that_redirects_is_refused_by_the_probe_before_any_request():
-    from draftgen.generate.probe import ProbeError, probe_endpoints
+    from draftgen.run.probe import ProbeError, probe_endpoints
 
     async def scenario():
         hits = []
@@ -428,7 +428,7 @@ def test_a_base_url_that_redirects_is_refused_by_the_probe_before_any_request():
 def test_an_endpoint_that_is_not_an_api_is_refused_by_the_probe(status, body, kind):
     """A login page answering 200 to everything and a static file server's 404 page used to
     pass the probe; every request then failed and the run exited 0."""
-    from draftgen.generate.probe import ProbeError, probe_endpoints
+    from draftgen.run.probe import ProbeError, probe_endpoints
 
     async def scenario():
         async def page(request):

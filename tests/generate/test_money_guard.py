@@ -23,7 +23,7 @@ from draftgen.generate.budget import (
     SpendGuard,
     counted_cost,
 )
-from draftgen.generate.pipeline import RunOptions, run
+from draftgen.run.pipeline import RunOptions, run
 
 TOKENIZER = "fixture:kimi-k2.5"
 # 2**-20 dollars a token (~$0.95 per million): 512 + 512 tokens cost exactly 2**-10, so the

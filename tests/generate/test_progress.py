@@ -11,10 +11,10 @@ import json
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.pipeline import RunOptions, run
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.inputs.ingest import read_conversations
 from draftgen.inputs.plan import plan_turns
+from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 
 TOKENIZER = "fixture:kimi-k2.5"

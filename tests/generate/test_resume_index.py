@@ -14,11 +14,11 @@ import sqlite3
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.pipeline import RunOptions, run
 from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
 from draftgen.inputs.ingest import read_conversations
 from draftgen.inputs.plan import plan_turns
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
+from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store.database import Store, StoreError
 

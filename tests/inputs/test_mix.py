@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from draftgen.generate.pipeline import RunError, count_rows
 from draftgen.inputs.ingest import Conversation, Rejection
 from draftgen.inputs.mix import (
     DatasetSpec,
@@ -20,6 +19,7 @@ from draftgen.inputs.mix import (
     read_suite,
     shares,
 )
+from draftgen.run.pipeline import RunError, count_rows
 
 
 def rows_file(path: Path, count: int, prefix: str = "r", blank_every: int = 0) -> str:

@@ -9,11 +9,11 @@ import threading
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.pipeline import RunOptions, run
-from draftgen.generate.reconstruction import reconstruct_all
 from draftgen.reconstruct import text
+from draftgen.reconstruct.background import reconstruct_all
 from draftgen.reconstruct.batch import PreEncodedTokenizer, reconstruct_batches
 from draftgen.reconstruct.text import reconstruct_sample
+from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store.database import Store
 from draftgen.tokens.rendering import resolve_profile

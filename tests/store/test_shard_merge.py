@@ -353,7 +353,7 @@ def test_shard_is_a_config_key(tmp_path):
 
 
 def test_check_shard_records_a_new_run_and_reads_older_and_merged_ones(tmp_path):
-    from draftgen.generate.pipeline import RunError, check_shard
+    from draftgen.run.pipeline import RunError, check_shard
 
     with Store(tmp_path / "new") as store:
         check_shard(store, Shard(2, 5), tmp_path / "new")

@@ -22,8 +22,8 @@ import pytest
 from conftest import SECRET, SimProcess, draftgen, run_args, write_prompts
 
 from draftgen.api import RunDir
-from draftgen.generate.pipeline import RunError, RunOptions, run
 from draftgen.records import Completion
+from draftgen.run.pipeline import RunError, RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store import database
 from draftgen.store.database import (

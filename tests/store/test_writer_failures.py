@@ -9,8 +9,8 @@ import sqlite3
 
 import pytest
 
-from draftgen.generate.pipeline import RunError, RunOptions, run
 from draftgen.records import Completion
+from draftgen.run.pipeline import RunError, RunOptions, run
 from draftgen.store import database
 from draftgen.store.database import CompletionWriter, Store, StoreError
 

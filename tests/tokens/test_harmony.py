@@ -240,7 +240,7 @@ def test_gpt_oss_runs_verify_only_the_engine_s_ids(tmp_path, monkeypatch, stream
     import asyncio
     import json
 
-    from draftgen.generate.pipeline import RunOptions, run
+    from draftgen.run.pipeline import RunOptions, run
     from draftgen.simulator import SimConfig, SimulatorThread
     from draftgen.store.database import Store
 

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from draftgen.generate.pipeline import RunError, RunOptions, run
 from draftgen.profiles import DEEPSEEK_V3, GLM, GPT_OSS, KIMI_K2, QWEN3, get_profile
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, GenerationSettings, Rendering, StoredCompletion
+from draftgen.run.pipeline import RunError, RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.store.database import Store, StoreError
 from draftgen.tokens.rendering import (
@@ -77,7 +77,7 @@ def test_chat_template_kwargs_are_refused_through_openrouter(tmp_path):
     options = RunOptions(
         inputs=[], model="m", tokenizer="fixture:qwen3", out=tmp_path, chat_template_kwargs={"a": 1}
     )
-    from draftgen.generate.pipeline import generation_settings
+    from draftgen.run.pipeline import generation_settings
 
     with pytest.raises(RunError, match="--chat-template-kwargs is for vLLM/SGLang"):
         generation_settings(options)

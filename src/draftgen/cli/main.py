@@ -180,7 +180,7 @@ def build_parser(engine_options: bool = True) -> argparse.ArgumentParser:
 @functools.cache
 def _run_defaults() -> dict[str, object]:
     """``RunOptions``' defaults by field: the flags take theirs from the library they call."""
-    from draftgen.generate.pipeline import RunOptions
+    from draftgen.run.pipeline import RunOptions
 
     fields = dataclasses.fields(RunOptions)
     return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
@@ -1023,12 +1023,12 @@ def _is_user_error(exc: Exception) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from draftgen.api import Run
-    from draftgen.generate.pipeline import RunOptions
+    from draftgen.run.pipeline import RunOptions
 
     args = _resolved(args, "run")
     options = _options(RunOptions, args)
     if args.ray is not None:
-        from draftgen.generate.ray_runner import run_on_ray
+        from draftgen.run.ray_runner import run_on_ray
 
         summary = run_on_ray(options, args.ray, address=args.ray_address)
     else:
@@ -1060,7 +1060,7 @@ def _options(cls: type, args: argparse.Namespace, **given: object):
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from draftgen.generate.pipeline import open_existing
+    from draftgen.run.pipeline import open_existing
     from draftgen.store.merge import merge_runs
 
     summary = merge_runs(args.run_dirs, args.out)
@@ -1086,7 +1086,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     import orjson
 
-    from draftgen.generate.estimate import EstimateOptions, estimate, format_estimate
+    from draftgen.run.estimate import EstimateOptions, estimate, format_estimate
 
     args = _resolved(args, "estimate")
     # The pilot and the price listing go to the first endpoint of a fleet.
@@ -1197,7 +1197,7 @@ def format_run_list(listed: dict[str, dict], folder: Path) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from draftgen.generate.batch.cancel import cancel_batches
+    from draftgen.run.cancel import cancel_batches
 
     for line in asyncio.run(cancel_batches(args.run_dir, args.api_key_env)):
         print(shown(line))

@@ -1,4 +1,4 @@
-"""Generation: the plan's turns sent to a server and stored. The run (``pipeline``), the live
-engine (``engine``), the HTTP client, endpoints, budget, progress, the resume index (``resume``)
-and batch mode (``batch``).
+"""Generation engines: the plan's turns sent to a server and stored. The live engine (``engine``)
+with its HTTP client, endpoints, budget, progress and resume index, and batch mode (``batch``).
+The run that drives them is ``draftgen.run``.
 """

@@ -26,7 +26,7 @@ from batch_runs import (
 from conftest import SECRET, SimProcess, check_against_truth, draftgen, export_all, run_args
 
 from draftgen.cli import main as cli
-from draftgen.generate.estimate import EstimateOptions, estimate, format_estimate
+from draftgen.run.estimate import EstimateOptions, estimate, format_estimate
 from draftgen.simulator import SimConfig, start_simulator
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "prompts.jsonl"

@@ -20,9 +20,9 @@ import pytest
 from batch_runs import batch_args, batch_sim, check_never_twice, read_log, store_rows
 from conftest import SECRET, check_against_truth, draftgen, export_all, write_prompts
 
-from draftgen.generate.pipeline import EMBEDDED_BATCH_FAULTS
 from draftgen.inputs.ingest import Conversation, read_conversations
 from draftgen.inputs.plan import plan_turns
+from draftgen.run.pipeline import EMBEDDED_BATCH_FAULTS
 
 pytestmark = pytest.mark.soak
 

@@ -12,9 +12,9 @@ import pytest
 
 from draftgen.generate.batch.dialects import BatchHttp, get_dialect
 from draftgen.generate.batch.ingest import ingest
-from draftgen.generate.batch.ledger import RESULTS_READ, Ledger, PlannedRow
 from draftgen.generate.batch.submit import BatchTarget, nonce_of, reconcile, submit
 from draftgen.simulator import SimConfig, start_simulator
+from draftgen.store.batch_ledger import RESULTS_READ, Ledger, PlannedRow
 from draftgen.store.database import CompletionWriter, Store
 
 MODEL = "moonshotai/kimi-k2.5"

@@ -33,7 +33,6 @@ from draftgen.generate.batch.dialects import (
 )
 from draftgen.generate.batch.errors import BatchRunError
 from draftgen.generate.batch.ingest import ingest
-from draftgen.generate.batch.ledger import Intent, Ledger, PlannedRow
 from draftgen.generate.batch.money import BatchBudget, find_batch_prices
 from draftgen.generate.batch.progress import BatchDisplay, BatchProgress
 from draftgen.generate.batch.submit import BatchTarget, reconcile, submit
@@ -51,6 +50,7 @@ from draftgen.inputs.plan import (
 from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings
+from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
 from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 from draftgen.tokens.tokenizer import load_tokenizer

@@ -18,7 +18,9 @@ import orjson
 from draftgen.backends.base import ApiError, parse_completion
 from draftgen.generate.batch.crash import crash_point
 from draftgen.generate.batch.dialects import BatchInfo, ResultRow, RowError
-from draftgen.generate.batch.ledger import (
+from draftgen.generate.batch.submit import BatchTarget
+from draftgen.records import Completion
+from draftgen.store.batch_ledger import (
     RESULTS_READ,
     Intent,
     Ledger,
@@ -26,8 +28,6 @@ from draftgen.generate.batch.ledger import (
     cursor_statement,
     row_outcome_statement,
 )
-from draftgen.generate.batch.submit import BatchTarget
-from draftgen.records import Completion
 from draftgen.store.database import INSERT_FAILURE, completion_statements
 
 _log = logging.getLogger("draftgen.batch")

@@ -25,7 +25,7 @@ from draftgen.generate.batch.dialects import (
     CreateUnknown,
     Dialect,
 )
-from draftgen.generate.batch.ledger import Intent, Ledger, PlannedRow
+from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
 
 _log = logging.getLogger("draftgen.batch")
 CLOCK_SKEW = 60.0  # seconds the API's clock may be behind ours when listing "created after"

@@ -16,16 +16,16 @@ from pathlib import Path
 
 from draftgen.backends.listing import LISTING_TIMEOUT, listed_prices  # noqa: F401
 from draftgen.errors import DraftgenError
-from draftgen.generate.pipeline import (
+from draftgen.inputs.ingest import Rejection
+from draftgen.inputs.mix import MixError, read_suite
+from draftgen.inputs.plan import build_messages, original_answers, plan_turns
+from draftgen.run.pipeline import (
     RunError,
     RunOptions,
     check_base_url,
     generation_settings,
     run,
 )
-from draftgen.inputs.ingest import Rejection
-from draftgen.inputs.mix import MixError, read_suite
-from draftgen.inputs.plan import build_messages, original_answers, plan_turns
 from draftgen.store.database import Store
 from draftgen.tokens import tokenizer as tok
 from draftgen.tokens.rendering import ChatRenderer, request_variables, tokenizer_profile

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from sample_runs import TOKENIZER, make_run
 
-from draftgen.generate import reconstruction
-from draftgen.generate.reconstruction import (
+from draftgen.reconstruct import background as reconstruction
+from draftgen.reconstruct.background import (
     BackgroundReconstruction,
     ReconstructionError,
 )
@@ -176,7 +176,7 @@ def _run_script(main: str) -> subprocess.Popen:
     script = (
         "import asyncio, os\n"
         "from pathlib import Path\n"
-        "from draftgen.generate.reconstruction import BackgroundReconstruction\n"
+        "from draftgen.reconstruct.background import BackgroundReconstruction\n"
         f"async def main():\n{main}"
         "asyncio.run(main())\n"
     )

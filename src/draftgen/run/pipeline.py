@@ -23,15 +23,15 @@ from draftgen.generate.client import default_response_bytes
 from draftgen.generate.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
 from draftgen.generate.engine import LiveGeneration
 from draftgen.generate.errors import RunError
-from draftgen.generate.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.generate.progress import RunProgress
-from draftgen.generate.reconstruction import BackgroundReconstruction
 from draftgen.inputs.ingest import Rejection
 from draftgen.inputs.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
 from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.profiles import ModelProfile
+from draftgen.reconstruct.background import BackgroundReconstruction
 from draftgen.records import GenerationSettings
+from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.store.database import REJECTED_NAME, Store, StoreError
 from draftgen.tokens.rendering import tokenizer_profile
 from draftgen.tokens.tokenizer import tokenizer_digest

@@ -12,9 +12,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from draftgen.generate.pipeline import RunError, RunOptions, RunSummary, run
 from draftgen.generate.progress import RunProgress
 from draftgen.inputs.shard import Shard
+from draftgen.run.pipeline import RunError, RunOptions, RunSummary, run
 from draftgen.store.database import DB_NAME, Store
 from draftgen.store.merge import merge_runs
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from draftgen.cli import main as cli
-from draftgen.generate.estimate import EstimateError, EstimateOptions, estimate
+from draftgen.run.estimate import EstimateError, EstimateOptions, estimate
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.tokens.rendering import render_prompt
 

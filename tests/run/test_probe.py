@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from conftest import draftgen, free_port, start_app, write_prompts
 
-from draftgen.generate.pipeline import RunError, RunOptions, run
-from draftgen.generate.probe import ProbeError, probe_endpoints
+from draftgen.run.pipeline import RunError, RunOptions, run
+from draftgen.run.probe import ProbeError, probe_endpoints
 from draftgen.simulator import SimConfig, SimulatorThread
 
 TOKENIZER = "fixture:kimi-k2.5"

@@ -19,8 +19,8 @@ import orjson
 from draftgen.generate.batch.dialects import BatchApiError, BatchHttp, get_dialect
 from draftgen.generate.batch.errors import BatchRunError
 from draftgen.generate.batch.generate import BATCH_META
-from draftgen.generate.batch.ledger import Ledger
 from draftgen.generate.batch.submit import BatchTarget, reconcile
+from draftgen.store.batch_ledger import Ledger
 from draftgen.store.database import CompletionWriter, Store
 
 
