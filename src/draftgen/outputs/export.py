@@ -288,10 +288,10 @@ def _is_saved_dataset(path: Path) -> bool:
 
 def specforge_text_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
     """SpecForge conversations: the messages sent for a turn, then the answer the model gave."""
-    from draftgen.profiles import get_profile
+    from draftgen.profiles import DERIVED_LAYOUT, run_profile_named
 
     name = store.meta("profile")
-    profile = get_profile(name) if name else None
+    profile = run_profile_named(name, store.meta(DERIVED_LAYOUT)) if name else None
     for stored, verdict in store.export_completions(include_unverified):
         row = {
             "id": f"{stored.source_id}:{stored.turn}",

@@ -8,6 +8,8 @@ vocabulary or chat encoder (``detect_profile``) or forced by name (``get_profile
 
 from __future__ import annotations
 
+import json
+
 from draftgen.errors import DraftgenError
 from draftgen.profiles import (
     deepseek,
@@ -41,6 +43,7 @@ from draftgen.profiles.base import (
 from draftgen.profiles.deepseek import DEEPSEEK_V3, DEEPSEEK_V32
 from draftgen.profiles.deepseek_v4 import DEEPSEEK_V4, DEEPSEEK_V4_1
 from draftgen.profiles.fixture import FixtureSpec
+from draftgen.profiles.generic import GENERIC, DerivedLayout
 from draftgen.profiles.glm import GLM
 from draftgen.profiles.gpt_oss import GPT_OSS
 from draftgen.profiles.kimi import KIMI_CALL_ID, KIMI_K2
@@ -82,6 +85,13 @@ FIXTURES: dict[str, FixtureSpec] = {
 }
 
 
+# The names ``--profile`` takes: every profile and alias, then the generic profile (the layout
+# derived from the tokenizer's chat template, ``draftgen.tokens.derived_profile``).
+PROFILE_NAMES: tuple[str, ...] = (*sorted(PROFILES), GENERIC)
+# The run store's meta key holding the generic profile's layout (JSON), beside meta ``profile``.
+DERIVED_LAYOUT = "derived_layout"
+
+
 class UnknownProfileError(DraftgenError, ValueError):
     pass
 
@@ -94,6 +104,19 @@ def get_profile(name: str) -> ModelProfile:
         raise UnknownProfileError(
             f"unknown profile {name!r}: use one of {known}, or omit --profile to detect it"
         ) from None
+
+
+def run_profile_named(name: str, derived_layout: str | None = None) -> ModelProfile:
+    """A run's profile by the name its store keeps (meta ``profile``); the generic one from the
+    layout it stored as JSON (meta ``derived_layout``)."""
+    if name == GENERIC:
+        if not derived_layout:
+            raise UnknownProfileError(
+                "this run's profile is the generic one but its store holds no derived layout: "
+                "run the same command again to derive it"
+            )
+        return DerivedLayout.from_json(json.loads(derived_layout)).profile()
+    return get_profile(name)
 
 
 def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> ModelProfile:
@@ -125,6 +148,11 @@ def detect_profile(vocab: dict[str, int] | set[str], encoder_file: str = "") -> 
 
 
 __all__ = [
+    "DERIVED_LAYOUT",
+    "GENERIC",
+    "PROFILE_NAMES",
+    "DerivedLayout",
+    "run_profile_named",
     "DEEPSEEK_TOOL_CALLS",
     "DEEPSEEK_V3",
     "DEEPSEEK_V32",

@@ -187,6 +187,9 @@ class ModelProfile:
     # A family whose generated markup is encoded piece by piece (Kimi K3): it reads and encodes
     # completions itself, and reconstruction and the simulator defer to it. None for the others.
     segmented: SegmentedFormat | None = None
+    # The generic profile's ``profiles.generic.DerivedLayout``: what its chat template showed
+    # (None for a family's own profile). Kept for the run's store, log and status.
+    derived: Any = None
 
     def template_variables(self, reasoning: dict | None) -> dict:
         """The template variables a provider sets from OpenRouter's ``reasoning`` object.

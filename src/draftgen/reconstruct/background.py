@@ -23,7 +23,7 @@ from pathlib import Path
 
 from draftgen import __version__
 from draftgen.errors import DraftgenError
-from draftgen.profiles import ModelProfile, get_profile
+from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.text import strips_are_invisible
@@ -164,7 +164,7 @@ def reconstruct_pending(store: Store) -> int:
     spec, name = store.meta("tokenizer"), store.meta("profile")
     if not spec or not name or not store.counts()["unreconstructed"]:
         return 0
-    return reconstruct_all(store, spec, get_profile(name))
+    return reconstruct_all(store, spec, run_profile_named(name, store.meta(DERIVED_LAYOUT)))
 
 
 def _follow_run(

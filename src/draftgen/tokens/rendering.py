@@ -8,7 +8,6 @@ completion; reconstruction, export and resume read that record and never render 
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import dataclasses
 import datetime as dt
@@ -21,14 +20,17 @@ from typing import Any
 
 from draftgen.errors import DraftgenError
 from draftgen.profiles import (
+    DETECTION_ORDER,
     PROFILES,
     ModelProfile,
     UnknownProfileError,
     detect_profile,
     get_profile,
 )
+from draftgen.profiles.generic import GENERIC, DerivedLayout
 from draftgen.records import GenerationSettings, Rendering
 from draftgen.tokens import tokenizer as tok
+from draftgen.tokens.derived_profile import derive_layout
 from draftgen.tokens.harmony import HarmonyRenderer
 from draftgen.tokens.mistral import MistralRenderer
 from draftgen.tokens.server_messages import (
@@ -40,6 +42,7 @@ from draftgen.tokens.server_messages import (
     template_conversation,
     validated_messages,
 )
+from draftgen.tokens.template_clock import template_clock
 from draftgen.tokens.tokenizer import encoder_path, tokenizer_encodes_chat
 
 
@@ -195,17 +198,13 @@ class ChatRenderer:
         kwargs: dict[str, Any] = {"add_generation_prompt": True, **variables}
         if tools:
             kwargs["tools"] = tools
-        _install_clock(self.tokenizer, tools)
-        token = _CLOCK.set(now)
-        try:
+        with template_clock(self.tokenizer, tools, now):
             text = self.tokenizer.apply_chat_template(prepared, tokenize=False, **kwargs)
             if not isinstance(text, str):
                 raise RenderError(f"the chat template returned {type(text).__name__}, not text")
             ids = None
             if self.chat_ids and want_ids:
                 ids = ids_of(self.tokenizer.apply_chat_template(prepared, tokenize=True, **kwargs))
-        finally:
-            _CLOCK.reset(token)
         return text, ids
 
 
@@ -309,36 +308,6 @@ def chat_ids_are_text_ids(tokenizer: Any, profile: ModelProfile) -> bool:
     return holds
 
 
-# The instant a template's ``strftime_now`` reads while draftgen renders (per thread and task).
-_CLOCK: contextvars.ContextVar[dt.datetime | None] = contextvars.ContextVar(
-    "draftgen_template_clock", default=None
-)
-
-
-def _template_strftime(format: str) -> str:
-    """``strftime_now`` for templates: the recorded instant while draftgen renders, else the
-    local time, as transformers' own does."""
-    instant = _CLOCK.get()
-    return (instant or dt.datetime.now()).strftime(format)
-
-
-def _install_clock(tokenizer: Any, tools: list[dict] | None) -> None:
-    """Point the compiled template's ``strftime_now`` at the recorded instant.
-
-    transformers turns template variables into plain data, so a callable cannot be passed in;
-    its compiled templates are cached per source, so the global is set on the one it renders.
-    """
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-
-        source = tokenizer.get_chat_template(None, tools)
-    except Exception:  # no Jinja template (a Python encoder), or another transformers layout
-        return
-    compiled = _compile_jinja_template(source)
-    if compiled.globals.get("strftime_now") is not _template_strftime:
-        compiled.globals["strftime_now"] = _template_strftime
-
-
 def _error_text(exc: BaseException) -> str:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {message}"[:500] if message else type(exc).__name__
@@ -421,6 +390,8 @@ class PythonChatEncoder:
 
 def resolve_profile(tokenizer: Any, name: str | None = None) -> ModelProfile:
     """The profile named, or the one the tokenizer's chat encoder or vocabulary shows."""
+    if name == GENERIC:
+        return derived_layout(tokenizer).profile()
     if name:
         return get_profile(name)
     directory = getattr(tokenizer, "name_or_path", "") or ""
@@ -432,7 +403,24 @@ def resolve_profile(tokenizer: Any, name: str | None = None) -> ModelProfile:
             f"{path} is a chat encoder no draftgen profile knows; pass --profile naming the "
             "family whose encoder it is, or use a tokenizer directory draftgen supports"
         )
-    return detect_profile(tok.full_vocab(tokenizer), path.name if path is not None else "")
+    vocab = tok.full_vocab(tokenizer)
+    if path is None and not any(p.matches_vocab(vocab) for p in DETECTION_ORDER):
+        # A model no family knows: its layout comes from its chat template (the generic
+        # profile), every sample still proven by its counts.
+        return derived_layout(tokenizer).profile()
+    return detect_profile(vocab, path.name if path is not None else "")
+
+
+def derived_layout(tokenizer: Any) -> DerivedLayout:
+    """The generic profile's layout for this tokenizer, derived once per tokenizer object."""
+    inner = getattr(tokenizer, "inner", tokenizer)
+    cached = _LAYOUTS.get(id(inner))
+    if cached is None or cached[0] is not inner:
+        cached = _LAYOUTS[id(inner)] = (inner, derive_layout(inner))
+    return cached[1]
+
+
+_LAYOUTS: dict[int, tuple[Any, DerivedLayout]] = {}
 
 
 def template_renderer(tokenizer: Any, profile: ModelProfile) -> ChatRenderer | None:
