@@ -106,7 +106,7 @@ def derive_layout(tokenizer: Any) -> DerivedLayout:
         )
     notes.append(
         "tool-call markup is not derived: samples with tool calls stay unverified "
-        "(tool_calls_not_rebuilt)"
+        "(structured_tool_calls)"
     )
     effort = EFFORT_VARIABLE if EFFORT_VARIABLE in variables else ""
     others = sorted(variables - STANDARD_VARIABLES - {switch, effort})
