@@ -26,7 +26,8 @@ QWEN3 = ModelProfile(
     think_start="<think>",
     think_end="</think>",
     end_of_turn="<|im_end|>",
-    marker_tokens=("<|im_start|>", "<|im_end|>", "<think>"),
+    # <tool_call> too: other ChatML models with <think> (Phi-4-reasoning) write no Qwen tool calls.
+    marker_tokens=("<|im_start|>", "<|im_end|>", "<think>", "<tool_call>"),
     tool_call_tokens=("<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=QWEN3_TOOL_CALLS,
