@@ -10,6 +10,7 @@ encodes.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import operator
@@ -22,6 +23,8 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from draftgen.tokens import long_text
 
 _log = logging.getLogger("draftgen.encoder")
 
@@ -104,13 +107,16 @@ class ReferenceCodec(Codec):
         self.tokenizer = tokenizer
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [reference_encode(self.tokenizer, text) for text in texts]
+        return [self.encode(text) for text in texts]
 
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
         return [reference_decode(self.tokenizer, ids) for ids in batch]
 
     def encode(self, text: str) -> list[int]:
-        return reference_encode(self.tokenizer, text)
+        parts = list(long_text.pieces(self.tokenizer, text))
+        if len(parts) == 1:
+            return reference_encode(self.tokenizer, text)
+        return [i for part in parts for i in reference_encode(self.tokenizer, part)]
 
     def decode(self, ids: Sequence[int]) -> str:
         return reference_decode(self.tokenizer, ids)
@@ -290,17 +296,23 @@ class TiktokenCodec(Codec):
 class TokenizersCodec(Codec):
     """The Rust ``tokenizers`` object inside a fast ``transformers`` tokenizer, in batches."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, splitter: Splitter | None = None) -> None:
         self.raw = raw
         # encode_batch_fast (tokenizers >= 0.20) skips the character offsets nothing here reads.
         self._batch = getattr(raw, "encode_batch_fast", None) or raw.encode_batch
         self.name = "tokenizers " + self._batch.__name__
+        self.splitter = splitter
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    def _encode_flat(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._batch(texts, add_special_tokens=False)]
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return _joined(texts, self.splitter, self._encode_flat)
+
     def encode(self, text: str) -> list[int]:
-        return self.raw.encode(text, add_special_tokens=False).ids
+        if self.splitter is None or len(text) <= long_text.LONG_TEXT_CHARS:
+            return self.raw.encode(text, add_special_tokens=False).ids
+        return self.encode_batch([text])[0]
 
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
         return self.raw.decode_batch(batch, skip_special_tokens=False)
@@ -355,7 +367,9 @@ def candidate_codecs(tokenizer: Any) -> list[Candidate]:
                 native = fastokens.Tokenizer.from_file(path)
             else:
                 native = fastokens.Tokenizer.from_json_str(raw.to_str())
-            return FastokensCodec(native, "fastokens", table=byte_table_of(raw))
+            return FastokensCodec(
+                native, "fastokens", long_text_splitter(tokenizer), byte_table_of(raw)
+            )
 
         found.append(Candidate("fastokens", from_json, after_chars=12_000_000))
     if encoding is not None:
@@ -379,9 +393,14 @@ def candidate_codecs(tokenizer: Any) -> list[Candidate]:
             codec = TiktokenCodec(encoding, splitter)
             found.append(Candidate(codec.name, lambda codec=codec: codec))
     if raw is not None and hasattr(raw, "encode_batch"):
-        codec = TokenizersCodec(raw)
+        codec = TokenizersCodec(raw, long_text_splitter(tokenizer))
         found.append(Candidate(codec.name, lambda codec=codec: codec))
     return found
+
+
+def long_text_splitter(tokenizer: Any) -> Splitter:
+    """Cuts a text longer than ``long_text.LONG_TEXT_CHARS`` where its ids cannot change."""
+    return functools.partial(long_text.pieces, tokenizer)
 
 
 def _short(exc: BaseException) -> str:
