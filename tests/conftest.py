@@ -110,8 +110,6 @@ IN_PROCESS = frozenset(
     if os.environ.get("DRAFTGEN_TEST_SUBPROCESS")
     else {"run", "status", "export", "merge", "vocab", "report", "estimate", "cancel", "init"}
 )
-# Kills its own process at a named step (draftgen.generate.batch.crash): never in pytest's.
-CRASH_VARIABLE = "DRAFTGEN_BATCH_CRASH"
 
 
 def draftgen(
@@ -119,18 +117,46 @@ def draftgen(
     env_extra: dict | None = None,
     timeout: float = 300,
     subprocess_only: bool = False,
+    failpoint: str | None = None,
 ) -> subprocess.CompletedProcess:
+    """``draftgen ARGS``; with ``failpoint`` (``after_create``, ``mid_page:2``) in a process of
+    its own that kills itself there (draftgen_testing.failpoints), never in pytest's."""
     extra = {"DRAFTGEN_TEST_KEY": SECRET, **(env_extra or {})}
+    args = with_simulator(args)
     in_process = args and args[0] in IN_PROCESS and not subprocess_only
-    if in_process and CRASH_VARIABLE not in extra and CRASH_VARIABLE not in os.environ:
+    if in_process and failpoint is None:
         return _draftgen_in_process(list(args), extra)
+    command = ["draftgen.cli", *args]
+    if failpoint is not None:
+        command = ["draftgen_testing.failpoints", failpoint, "--", *args]
     return subprocess.run(
-        [sys.executable, "-m", "draftgen.cli", *args],
+        [sys.executable, "-m", *command],
         capture_output=True,
         text=True,
         env={**os.environ, **extra},
         timeout=timeout,
     )
+
+
+def with_simulator(args: tuple[str, ...]) -> tuple[str, ...]:
+    """``args`` with ``--simulate`` where a run (or an estimate's pilot) names no endpoint, on
+    the command line or in its config file: the simulator is chosen, never a default."""
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    if command not in ("run", "estimate") or {"--base-url", "--simulate"} & set(args):
+        return args
+    if command == "estimate" and "--pilot" not in args:
+        return args
+    config = Path(args[args.index("--config") + 1]) if "--config" in args else None
+    if config is None and "--no-config" not in args:
+        config = Path("draftgen.toml")
+    if config is not None and config.is_file():
+        import tomllib
+
+        table = tomllib.loads(config.read_text(encoding="utf-8"))
+        if {"base_url", "simulate"} & set(table) or "endpoints" in table.get("backend", {}):
+            return args
+    at = args.index(command) + 1
+    return (*args[:at], "--simulate", *args[at:])
 
 
 def _draftgen_in_process(args: list[str], extra: dict) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """The package's imports: no cycles, and each layer imports only what it may (docs/architecture.md).
 
-Imports inside functions count too: a lazy import is still a dependency.
+Imports inside functions count too: a lazy import is still a dependency. So do imports for type
+checkers only (``if TYPE_CHECKING:``): a type named in a signature is a dependency of its reader.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ RANKS = {
     "draftgen.reconstruct": 4,  # reads and writes the store
     "draftgen.generate": 5,  # the engines
     "draftgen.outputs": 5,
-    "draftgen.run": 6,  # orchestration: drives the engines, the probe, estimate, cancel
-    "draftgen.api": 7,
-    "draftgen.cli": 8,
+    # One declaration per setting: its choices come from the registries below it (backends,
+    # profiles, export formats, batch dialects), and everything above it reads the options.
+    "draftgen.options": 6,
+    "draftgen.run": 7,  # orchestration: drives the engines, the probe, estimate, cancel
+    "draftgen.api": 8,
+    "draftgen.cli": 9,
 }
 
 
@@ -47,17 +51,8 @@ def imports_of(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     package = module_name(path)
     if path.name != "__init__.py":
         package = package.rpartition(".")[0]
-    # Imports for type checkers only are no dependency at run time.
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for inner in ast.walk(node)
-    }
     found: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -70,11 +65,7 @@ def imports_of(path: Path) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def graph() -> dict[str, set[str]]:
-    modules = {
-        module_name(path): path
-        for path in PACKAGE.rglob("*.py")
-        if "fixture_code" not in path.parts  # files shipped into fixtures, not imported
-    }
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     edges = {}
     for name, path in modules.items():
         targets = set()
@@ -154,5 +145,74 @@ def test_layers_import_only_what_they_may():
         if layer(target) != layer(name)
         and layer(target) != "draftgen"
         and RANKS[layer(target)] >= RANKS[layer(name)]
+    ]
+    assert problems == []
+
+
+# The CLI parses, calls the library and prints (draftgen.cli.present): everything it does is a
+# call a Python user can make too, so it reaches the library only through its front door. Beside
+# the API and the options it may use the ground every layer stands on: the package's version,
+# its error type, log configuration and redaction of what it prints.
+CLI_MAY_IMPORT = {
+    "draftgen",
+    "draftgen.api",
+    "draftgen.options",
+    "draftgen.errors",
+    "draftgen.logs",
+    "draftgen.redact",
+}
+
+
+def test_the_cli_imports_only_the_api_and_the_options():
+    problems = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if layer(name) == "draftgen.cli"
+        for target in targets
+        if layer(target) not in CLI_MAY_IMPORT | {"draftgen.cli"}
+    ]
+    assert problems == []
+
+
+# The test scaffolding (offline fixtures, the files they are built from, failpoints) is a package
+# of its own beside the product, and nothing in the product imports it, by statement or by name:
+# fixture:NAME reaches it through the entry point group draftgen.tokenizer_sources, a failpoint by
+# replacing a no-op step in the process the test starts.
+TESTING = "draftgen_testing"
+
+
+def mentions_of_testing(path: Path) -> list[str]:
+    """Every import of the test package in ``path``, and every string but a docstring that names
+    it (an import by name: ``importlib.import_module``, ``__import__``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    documents = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, documents) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == TESTING]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == TESTING:
+            found.append(node.module)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and TESTING in node.value
+            and id(node) not in docstrings
+        ):
+            found.append(repr(node.value))
+    return found
+
+
+def test_the_product_imports_no_test_scaffolding():
+    # The check sees an import where there is one: the test package's own modules import it.
+    assert mentions_of_testing(PACKAGE.parent / TESTING / "fixtures.py")
+    problems = [
+        f"{module_name(path)}: {mention}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for mention in mentions_of_testing(path)
     ]
     assert problems == []

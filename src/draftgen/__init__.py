@@ -1,8 +1,9 @@
 """draftgen: exact-token training data for speculative-decoding drafters.
 
-The library (``draftgen.api``): ``Run(RunOptions(...)).execute()`` and ``RunDir.open(path)`` with
-``status()``, ``export()``, ``report()`` and ``vocab()``; ``merge_runs`` and ``estimate``. Every
-error a user can act on is a ``DraftgenError``.
+The library (``draftgen.api``): ``Run(RunOptions(...))`` with ``execute()``, ``estimate()`` and
+``on_ray(n)``; ``RunDir.open(path)`` with ``status()``, ``export()``, ``report()``, ``vocab()`` and
+``cancel()``; ``status``, ``merge_runs`` and ``simulate``. Every error a user can act on is a
+``DraftgenError``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ _EXPORTS = {
     "Run": "draftgen.api",
     "RunDir": "draftgen.api",
     "Snapshot": "draftgen.api",
-    "RunOptions": "draftgen.run.pipeline",
+    "RunOptions": "draftgen.options",
     "RunSummary": "draftgen.run.pipeline",
     "DraftgenError": "draftgen.errors",
-    "merge_runs": "draftgen.store.merge",
+    "merge_runs": "draftgen.api",
+    "status": "draftgen.api",
+    "simulate": "draftgen.api",
+    "SimConfig": "draftgen.simulator",
     "estimate": "draftgen.run.estimate",
-    "EstimateOptions": "draftgen.run.estimate",
+    "EstimateOptions": "draftgen.options",
 }
 
 __all__ = ["__version__", *_EXPORTS]

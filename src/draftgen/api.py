@@ -1,11 +1,13 @@
-"""The library's front door: a run (``Run``) and what can be done with its directory (``RunDir``).
+"""The library's front door: a run (``Run``), what can be done with its directory (``RunDir``),
+``status``, ``merge_runs`` and ``simulate``.
 
-The CLI only calls these; anything it does can be done from Python:
+Every command of the CLI is one call here; anything it does can be done from Python:
 
     from draftgen import Run, RunDir, RunOptions
 
-    summary = Run(RunOptions(inputs=["prompts.jsonl"], model="moonshotai/kimi-k2.5",
-                             tokenizer="fixture:kimi-k2.5", out="runs/demo")).execute()
+    summary = Run(RunOptions(inputs="prompts.jsonl", model="moonshotai/kimi-k2.5",
+                             tokenizer="fixture:kimi-k2.5", out="runs/demo",
+                             simulate=True)).execute()
     run_dir = RunDir.open("runs/demo")
     run_dir.export("specforge", "runs/demo/specforge.jsonl")
 """
@@ -13,14 +15,40 @@ The CLI only calls these; anything it does can be done from Python:
 from __future__ import annotations
 
 import asyncio
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from draftgen.store.database import DB_NAME, RunLock, Store
+from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store
 
 if TYPE_CHECKING:
-    from draftgen.run.pipeline import RunOptions, RunSummary
+    from draftgen.options import RunOptions
+    from draftgen.run.estimate import Estimate
+    from draftgen.run.pipeline import RunSummary
+    from draftgen.simulator import SimConfig
+    from draftgen.store.merge import MergeSummary
+
+__all__ = ["REJECTED_NAME", "Run", "RunDir", "Snapshot", "merge_runs", "simulate", "status"]
+
+# What a caller needs beside the calls, loaded on first use: reading a run directory (RunDir)
+# needs none of the run's engine (its HTTP client, endpoints, progress display) nor the simulator.
+_LAZY = {
+    "RunOptions": "draftgen.options",
+    "RunSummary": "draftgen.run.pipeline",
+    "EstimateOptions": "draftgen.options",
+    "Estimate": "draftgen.run.estimate",
+    "MergeSummary": "draftgen.store.merge",
+    "SimConfig": "draftgen.simulator",
+    "SimConfigError": "draftgen.simulator.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'draftgen.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 class Run:
@@ -30,19 +58,34 @@ class Run:
     """
 
     def __init__(self, options: RunOptions) -> None:
-        if not isinstance(options.out, Path):
+        if options.out is not None and not isinstance(options.out, Path):
             options.out = Path(options.out)
+        options.check()  # the CLI's checks of every setting: OptionError with its sentence
         self.options = options
 
     def execute(self) -> RunSummary:
         return asyncio.run(self.execute_async())
 
     async def execute_async(self) -> RunSummary:
-        # Imported here, not at the top: reading a run directory (RunDir) needs none of the
-        # run's engine (its HTTP client, endpoints, progress display).
         from draftgen.run.pipeline import run
 
         return await run(self.options)
+
+    def estimate(self) -> Estimate:
+        """Prompt tokens, cost and time of this run before it spends anything. ``out`` is not
+        used; ``EstimateOptions`` add a pilot (prompts sent first, in a scratch directory) and
+        prices; the first endpoint of several is the one priced."""
+        from draftgen.run.estimate import estimate
+
+        return asyncio.run(estimate(self.options))
+
+    def on_ray(self, shards: int, address: str | None = None) -> RunSummary:
+        """This run as ``shards`` Ray tasks (``--shard I/N`` each, into ``out/shards/I``), merged
+        into ``out``. ``address`` joins a running cluster; None starts a local Ray and stops it
+        after. Needs ``pip install 'draftgen[ray]'``."""
+        from draftgen.run.ray_runner import run_on_ray
+
+        return run_on_ray(self.options, shards, address=address)
 
 
 @dataclass(frozen=True)
@@ -132,6 +175,14 @@ class RunDir:
             mapping = build_from_store(store, size, target, include_unverified)
         return mapping, write_mapping(mapping, Path(out)), target, snapshot
 
+    def cancel(self, api_key_env: str | None = None) -> list[str]:
+        """Cancel the run's batches in flight (a ``run --batch``) where the API allows it: a
+        sentence per batch on what became of it and what is still billed. The key is read
+        from ``api_key_env``, else from the variable the run used."""
+        from draftgen.run.cancel import cancel_batches
+
+        return asyncio.run(cancel_batches(self.path, api_key_env))
+
     def _prepare(self, store: Store) -> Snapshot:
         holder = RunLock.holder(self.path)
         if holder is not None:
@@ -143,3 +194,28 @@ class RunDir:
         from draftgen.reconstruct.background import reconstruct_pending
 
         return Snapshot(reconstructed=reconstruct_pending(store))
+
+
+def status(path: str | Path) -> dict:
+    """What ``draftgen status PATH`` shows, as data: a run's ``RunDir.status()``, or for a
+    folder of runs ``{"runs": {path: status}}`` (``StoreError`` if ``path`` holds neither)."""
+    runs = RunDir.runs_under(path)
+    if runs:
+        return {"runs": {str(run.path): run.status() for run in runs}}
+    return RunDir.open(path).status()
+
+
+def merge_runs(run_dirs: list[str | Path], out: str | Path) -> MergeSummary:
+    """Merge the run directories ``run_dirs`` (shards, or runs of one suite with the same
+    settings, tokenizer and profile) into the new run directory ``out``."""
+    from draftgen.store.merge import merge_runs
+
+    return merge_runs([Path(path) for path in run_dirs], Path(out))
+
+
+def simulate(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve the simulator (an OpenAI-compatible server of synthetic answers, faults and quirks
+    as ``config`` says) on ``host:port`` until SIGINT or SIGTERM; its base URL is printed first."""
+    from draftgen.simulator import serve_forever
+
+    serve_forever(config, host=host, port=port)

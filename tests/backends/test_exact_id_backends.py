@@ -86,7 +86,7 @@ def test_servers_take_template_variables_and_no_openrouter_fields(name):
 
 
 def test_the_run_asks_its_backend_and_says_why_as_a_run_error():
-    from draftgen.run.pipeline import generation_settings
+    from draftgen.run.context import generation_settings
 
     options = RunOptions([], "m", "t", Path("out"), backend="sglang", reasoning_effort="high")
     with pytest.raises(RunError) as excinfo:

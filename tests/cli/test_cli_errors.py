@@ -235,7 +235,7 @@ def test_the_cases_the_issue_found(places, monkeypatch, capsys):
         ("run", "--out"): "is a file, not a run directory",
         ("run", "--tokenizer", "/models/no/such/Kimi"): "is not a directory",
     }
-    run = ["run", "--no-config", "--input", str(places / "p.jsonl"), "--model", "m"]
+    run = ["run", "--no-config", "--simulate", "--input", str(places / "p.jsonl"), "--model", "m"]
     argvs = [
         [*run, "--tokenizer", "fixture:kimi", "--out", str(places / "o")],
         ["export", str(places / "run"), "--format", "parquet", "--out", str(places / "adir")],

@@ -77,7 +77,7 @@ def test_recipe_config_is_accepted_by_the_loader(tmp_path):
     (toml,) = re.findall(r"```toml\n(.*?)```", text, re.S)
     path = tmp_path / "draftgen.toml"
     path.write_text(toml, encoding="utf-8")
-    values = load_config(path, cli._subcommand("run"), {"estimate": cli._subcommand("estimate")})
+    values = load_config(path)
     assert values["concurrency"] == 2000 and values["reasoning_effort"] == "high"
     assert values["model"] == "moonshotai/kimi-k2.5" and values["limit"] == 40000
     assert [d.name for d in values["datasets"]] == ["chat", "code", "tools", "math"]
@@ -104,7 +104,7 @@ def test_k3_recipe_commands_parse_and_its_config_loads(tmp_path):
     (toml,) = re.findall(r"```toml\n(.*?)```", text, re.S)
     path = tmp_path / "draftgen.toml"
     path.write_text(toml, encoding="utf-8")
-    values = load_config(path, cli._subcommand("run"), {"estimate": cli._subcommand("estimate")})
+    values = load_config(path)
     assert values["model"] == "moonshotai/kimi-k3" and values["tokenizer"] == "moonshotai/Kimi-K3"
     assert values["reasoning_effort"] == "high" and values["max_tokens"] == 65536
     assert [d.name for d in values["datasets"]] == ["chat", "code", "tools"]

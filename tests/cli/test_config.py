@@ -14,7 +14,7 @@ import pytest
 
 from draftgen.backends import get_backend
 from draftgen.cli import main as cli
-from draftgen.cli.config import ConfigError, example_text, load_config, options_of, resolve
+from draftgen.cli.config import ConfigError, example_text, load_config, resolve
 from draftgen.generate.endpoints import EndpointSpec
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
@@ -25,6 +25,12 @@ TOKENIZER = "fixture:kimi-k2.5"
 
 def run_parser():
     return cli._subcommand("run")
+
+
+def options_of(parser) -> dict:
+    """The parser's options by dest, those about finding the config file left out."""
+    meta = {"help", "config", "no_config"}
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in meta}
 
 
 def write(path: Path, text: str) -> Path:
@@ -43,13 +49,13 @@ def prompts(path: Path, count: int, prefix: str = "r") -> Path:
 def merged(tmp_path: Path, text: str, *argv: str):
     config = write(tmp_path / "draftgen.toml", text)
     args = cli.build_parser().parse_args(["run", "--config", str(config), *argv])
-    return resolve(args, run_parser(), {"estimate": cli._subcommand("estimate")})[0]
+    return resolve(args)[0]
 
 
 def refusal(tmp_path: Path, text: str) -> str:
     config = write(tmp_path / "draftgen.toml", text)
     with pytest.raises(ConfigError) as caught:
-        load_config(config, run_parser(), {"estimate": cli._subcommand("estimate")})
+        load_config(config)
     return str(caught.value)
 
 
@@ -62,8 +68,9 @@ def test_init_writes_an_example_that_runs_against_the_simulator(tmp_path, monkey
     assert cli.main(["init", "--force"]) == 0
     assert (tmp_path / "draftgen.toml").read_text() == text
     prompts(tmp_path / "prompts.jsonl", 5)
-    # The example names the real Kimi tokenizer; offline, a flag puts the fixture over it.
-    assert cli.main(["run", "--tokenizer", TOKENIZER, "--concurrency", "4"]) == 0
+    # The example names the real Kimi tokenizer; offline, a flag puts the fixture over it. It
+    # names no endpoint: the simulator is chosen by a flag.
+    assert cli.main(["run", "--tokenizer", TOKENIZER, "--concurrency", "4", "--simulate"]) == 0
     db = sqlite3.connect(tmp_path / "runs" / "kimi-k2.5" / "draftgen.sqlite")
     ids = sorted(row[0] for row in db.execute("SELECT source_id FROM completions"))
     assert ids == [f"chat/r{i}" for i in range(5)]
@@ -73,7 +80,7 @@ def test_init_writes_an_example_that_runs_against_the_simulator(tmp_path, monkey
 
 def test_the_example_has_every_run_key_and_each_value_is_accepted(tmp_path):
     parser = run_parser()
-    text = example_text(parser)
+    text = example_text()
     top = text.split("\n[[datasets]]")[0]
     keys = {}
     for line in top.splitlines():
@@ -84,7 +91,7 @@ def test_the_example_has_every_run_key_and_each_value_is_accepted(tmp_path):
     # Every commented value, uncommented, passes the checks (exclusive reasoning keys aside).
     keys.pop("reasoning_max_tokens")
     body = "\n".join(f"{k} = {v}" for k, v in keys.items() if v != '"..."')
-    values = load_config(write(tmp_path / "all.toml", body), parser)
+    values = load_config(write(tmp_path / "all.toml", body))
     assert values["concurrency"] == 64 and values["stream"] is True
     assert values["chat_template_kwargs"] == {"enable_thinking": False}
     assert values["input"] == [str(tmp_path / "prompts.jsonl")]
@@ -102,7 +109,7 @@ def test_the_examples_run_defaults_are_the_librarys(tmp_path):
     library = {f.name: f.default for f in dataclasses.fields(RunOptions)}
     library["completions_per_turn"] = library.pop("samples")
     shown = {}
-    for line in example_text(run_parser()).split("\n[[datasets]]")[0].splitlines():
+    for line in example_text().split("\n[[datasets]]")[0].splitlines():
         match = re.match(r"^# (\w+) = (.*?)(  # .*)?$", line)
         if match and match.group(1) in library:
             shown[match.group(1)] = tomllib.loads(f"v = {match.group(2)}")["v"]
@@ -217,9 +224,7 @@ def test_datasets_and_provider_and_estimate_tables_are_read(tmp_path):
     assert args.limit == 10 and not hasattr(args, "pilot")  # estimate's keys stay estimate's
     config = tmp_path / "draftgen.toml"
     estimate_args = cli.build_parser().parse_args(["estimate", "--config", str(config)])
-    resolved = resolve(
-        estimate_args, run_parser(), {"estimate": cli._subcommand("estimate")}, "estimate"
-    )
+    resolved = resolve(estimate_args, "estimate")
     assert resolved[0].pilot == 4 and resolved[0].limit == 10
 
 
@@ -265,7 +270,7 @@ def test_sampling_settings_reach_the_request_body_and_the_store(tmp_path, monkey
 def test_run_refuses_exclusive_or_misplaced_reasoning(tmp_path, monkeypatch, capsys):
     prompts(tmp_path / "p.jsonl", 1)
     base = ["run", "--no-config", "--model", "m", "--tokenizer", TOKENIZER, "--input"]
-    base += [str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "out")]
+    base += [str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "out"), "--simulate"]
     assert cli.main([*base, "--reasoning-effort", "low", "--reasoning-max-tokens", "9"]) == 2
     assert "--reasoning-effort and --reasoning-max-tokens exclude each other" in (
         capsys.readouterr().err
@@ -278,7 +283,7 @@ def test_samples_are_separate_stored_samples_and_resume(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     prompts(tmp_path / "p.jsonl", 3)
     base = ["run", "--model", "m", "--tokenizer", TOKENIZER, "--input", "p.jsonl"]
-    base += ["--out", "out", "--seed", "11"]
+    base += ["--out", "out", "--seed", "11", "--simulate"]
     assert cli.main([*base]) == 0
     db = sqlite3.connect(tmp_path / "out" / "draftgen.sqlite")
     first = dict(db.execute("SELECT key, source_id FROM completions"))

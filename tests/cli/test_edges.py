@@ -83,7 +83,7 @@ def test_a_key_given_as_the_tokenizer_is_never_shown_nor_sent(tmp_path, value):
 
 
 def test_a_cached_hub_id_loads_without_the_hub(tmp_path):
-    from draftgen.tokens.fixtures import build_fixture
+    from draftgen_testing.fixtures import build_fixture
 
     # The cache as huggingface_hub lays it out: a snapshot, and refs/main naming it.
     repo = tmp_path / "hf" / "hub" / "models--example--qwen3"

@@ -21,7 +21,8 @@ from conftest import (
 )
 
 from draftgen.backends.base import ApiError
-from draftgen.cli.main import build_parser, format_status
+from draftgen.cli.main import build_parser
+from draftgen.cli.present import format_status
 from draftgen.generate.client import AdaptiveLimiter, ChatClient, FatalApiError, RetryPolicy
 from draftgen.generate.endpoints import (
     EJECTED,

@@ -8,18 +8,22 @@ and what each signal does (SIGTERM included, which no subprocess test sends).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
 
 from draftgen.generate.budget import BudgetReached
 from draftgen.generate.client import FatalApiError, GenerationFailed
-from draftgen.generate.engine import LiveGeneration, SignalStop
+from draftgen.generate.contract import Destination
+from draftgen.generate.engine import LiveGeneration
 from draftgen.generate.errors import RunError
+from draftgen.generate.signals import SignalStop
 from draftgen.inputs.ingest import Conversation, Rejection
 from draftgen.inputs.plan import NOTHING_TO_ANSWER, plan_turns, sample_chains
 from draftgen.inputs.shard import Shard
-from draftgen.run.pipeline import RunOptions, generation_settings, run_profile
+from draftgen.run.context import RunContext
+from draftgen.run.pipeline import RunOptions
 from draftgen.store.database import Store, StoreError
 
 TOKENIZER = "fixture:kimi-k2.5"
@@ -43,15 +47,8 @@ def engine_for(tmp_path, **changes) -> LiveGeneration:
     options = RunOptions(
         inputs=[str(rows)], model="m", tokenizer=TOKENIZER, out=tmp_path, **changes
     )
-    return LiveGeneration(
-        options,
-        Store(tmp_path),
-        generation_settings(options),
-        run_profile(options),
-        "http://127.0.0.1:9/api/v1",
-        "key",
-        total_rows=10,
-    )
+    ctx = dataclasses.replace(RunContext.build(options), total_rows=10)
+    return LiveGeneration(ctx, Store(tmp_path), Destination("http://127.0.0.1:9/api/v1", "key"))
 
 
 def run_with(tmp_path, body, **changes):

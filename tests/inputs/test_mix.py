@@ -19,7 +19,8 @@ from draftgen.inputs.mix import (
     read_suite,
     shares,
 )
-from draftgen.run.pipeline import RunError, count_rows
+from draftgen.run.context import count_rows
+from draftgen.run.pipeline import RunError
 
 
 def rows_file(path: Path, count: int, prefix: str = "r", blank_every: int = 0) -> str:

@@ -95,12 +95,20 @@ def test_a_signal_mid_write_leaves_no_partial_file_and_the_old_export(
     with Store(run_dir, create=False) as store:  # an earlier export of the run, which it replaces
         export(store, fmt, out)
     previous = out.read_bytes()
+    # A JSONL export's provenance is beside it (a Parquet file holds its own).
+    sidecar = ["train.out.meta.json"] if fmt != "parquet" else []
+    provenance = [(tmp_path / name).read_bytes() for name in sidecar]
     result = export_killed(run_dir, out, fmt, signum)
     assert "train.out.partial" in result.stdout  # the signal came while it was being written
     assert result.returncode == 130, result.stderr
     assert result.stderr == "draftgen: interrupted; everything stored so far is kept\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["first-row-written", "train.out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "first-row-written",
+        "train.out",
+        *sidecar,
+    ]
     assert out.read_bytes() == previous
+    assert [(tmp_path / name).read_bytes() for name in sidecar] == provenance
 
 
 def test_sigterm_mid_hf_export_removes_the_work_directory(run_dir, tmp_path):
@@ -129,4 +137,68 @@ def test_signal_handlers_are_put_back_after_an_export(run_dir, tmp_path):
     with Store(run_dir, create=False) as store:
         assert export(store, "specforge", tmp_path / "x.jsonl") == 3
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == before
-    assert os.listdir(tmp_path) == ["x.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == ["x.jsonl", "x.jsonl.meta.json"]
+
+
+# The export command with the sidecar held up: once the rows are written and the sidecar's work
+# file is, it marks and waits before putting either in place (for the kill).
+SLOW_SIDECAR = """
+import sys, time
+from pathlib import Path
+import draftgen.outputs.export as export
+
+fsync = export._fsync
+
+def slow_fsync(path):
+    fsync(path)
+    if path.name.endswith(".meta.json.partial"):
+        Path(sys.argv[1]).touch()
+        time.sleep(60)
+
+export._fsync = slow_fsync
+from draftgen.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_signal_while_the_sidecar_is_written_leaves_neither_half_written(run_dir, tmp_path):
+    from draftgen.outputs.export import export
+
+    out = tmp_path / "train.jsonl"
+    with Store(run_dir, create=False) as store:
+        export(store, "specforge", out)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    marker = tmp_path / "first-row-written"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SLOW_SIDECAR,
+            str(marker),
+            "export",
+            str(run_dir),
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 8
+    while not marker.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the export never wrote its sidecar"
+        time.sleep(0.01)
+    in_progress = sorted(p.name for p in tmp_path.iterdir())
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=8)
+    assert in_progress == [
+        "first-row-written",
+        "train.jsonl",
+        "train.jsonl.meta.json",
+        "train.jsonl.meta.json.partial",
+        "train.jsonl.partial",
+    ]
+    assert process.returncode == 130, stderr
+    marker.unlink()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

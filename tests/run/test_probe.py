@@ -190,6 +190,7 @@ def test_a_merge_keeps_every_source_of_its_shards(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_prompts(tmp_path / "p.jsonl", 6, invalid=False)
     argv = ["run", "--no-config", "--input", "p.jsonl", "--model", "m", "--tokenizer", TOKENIZER]
+    argv.append("--simulate")
     for index in (0, 1):
         assert cli.main([*argv, "--out", f"s{index}", "--shard", f"{index}/2"]) == 0
     other = [{"endpoint": "http://gpu1:30000/v1", "server": "vllm"}]

@@ -342,14 +342,13 @@ def test_bad_shards_are_refused_in_one_sentence(text, message, capsys):
 
 
 def test_shard_is_a_config_key(tmp_path):
-    parser = cli._subcommand("run")
     good = tmp_path / "good.toml"
     good.write_text('shard = "1/4"\n')
-    assert load_config(good, parser)["shard"] == Shard(1, 4)
+    assert load_config(good)["shard"] == Shard(1, 4)
     bad = tmp_path / "bad.toml"
     bad.write_text('shard = "4/4"\n')
     with pytest.raises(ConfigError, match="bad.toml: shard = '4/4' is refused: --shard 4/4 is"):
-        load_config(bad, parser)
+        load_config(bad)
 
 
 def test_check_shard_records_a_new_run_and_reads_older_and_merged_ones(tmp_path):
@@ -370,3 +369,9 @@ def test_check_shard_records_a_new_run_and_reads_older_and_merged_ones(tmp_path)
             match="0/3,2/3 of the rows but this run has no --shard: a merge of some shards cannot",
         ):
             check_shard(store, None, tmp_path / "merged")
+
+
+def test_merge_of_runs_that_stored_nothing(tmp_path):
+    first = _store(tmp_path / "a", {})
+    second = _store(tmp_path / "b", {})
+    assert merge_runs([first, second], tmp_path / "out").completions == 0

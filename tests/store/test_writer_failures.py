@@ -83,6 +83,7 @@ def test_a_run_whose_write_fails_stops_with_the_error_and_keeps_earlier_rows(tmp
         model="test/model",
         tokenizer=TOKENIZER,
         out=tmp_path / "run",
+        simulate=True,
         concurrency=1,
         retry_base_delay=0.01,
         progress_interval=3600,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,6 @@ from draftgen.profiles.generic import DerivedLayout
 from draftgen.tokens.derived_profile import DerivationError, derive_layout, template_variables
 from draftgen.tokens.rendering import derived_layout, resolve_profile
 from draftgen.tokens.tokenizer import load_tokenizer
-
-TEMPLATES = Path(__file__).parent / "generic_templates"
 
 # Fixtures rendered through a Jinja template, by name: the fields their derived layout must share
 # with their own profile. Where a template does not render reasoning, the whitespace inside the
@@ -66,21 +63,13 @@ def test_each_familys_template_derives_its_own_profile(name):
     )
 
 
-def shaped(name: str, specials: list[str]):
-    """A tokenizer on Meta's Llama 3 ranks with a shaped family's specials and template."""
-    tokenizer = copy.deepcopy(load_tokenizer("fixture:llama-3.3"))
-    tokenizer.add_special_tokens({"additional_special_tokens": specials})
-    tokenizer.chat_template = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
-    return tokenizer
-
-
-GEMMA = ["<bos>", "<start_of_turn>", "<end_of_turn>"]
-PHI = ["<|im_start|>", "<|im_sep|>", "<|im_end|>", "<think>", "</think>"]
-SEED = ["<seed:bos>", "<seed:eos>", "<seed:think>", "</seed:think>"]
+def shaped(name: str):
+    """A fixture of a model no profile claims (draftgen_testing.families.generic), a copy."""
+    return copy.deepcopy(load_tokenizer(f"fixture:{name}"))
 
 
 def test_gemma_3_shaped_template():
-    layout = derive_layout(shaped("gemma-3", GEMMA))
+    layout = derive_layout(shaped("gemma-3"))
     assert layout.generation_prompt == "<start_of_turn>model\n"
     assert layout.end_of_turn == "<end_of_turn>"
     assert (layout.think_start, layout.think_end) == ("", "")
@@ -92,7 +81,7 @@ def test_gemma_3_shaped_template():
 
 
 def test_phi_4_reasoning_shaped_template_takes_its_markers_from_the_vocabulary():
-    layout = derive_layout(shaped("phi-4-reasoning", PHI))
+    layout = derive_layout(shaped("phi-4-reasoning"))
     assert layout.generation_prompt == "<|im_start|>assistant<|im_sep|>"
     assert layout.end_of_turn == "<|im_end|>"
     assert (layout.think_start, layout.think_end) == ("<think>", "</think>")
@@ -101,7 +90,7 @@ def test_phi_4_reasoning_shaped_template_takes_its_markers_from_the_vocabulary()
 
 
 def test_seed_oss_shaped_template_renders_its_think_block_and_reads_a_budget():
-    layout = derive_layout(shaped("seed-oss", SEED))
+    layout = derive_layout(shaped("seed-oss"))
     assert layout.generation_prompt == "<seed:bos>assistant\n"
     assert layout.end_of_turn == "<seed:eos>"
     assert (layout.think_start, layout.think_end) == ("<seed:think>", "</seed:think>")
@@ -124,14 +113,14 @@ def test_the_template_says_where_a_glm_turn_ends():
 
 
 def test_a_tokenizer_without_template_or_profile_is_refused_in_one_sentence():
-    tokenizer = shaped("gemma-3", GEMMA)
+    tokenizer = shaped("gemma-3")
     tokenizer.chat_template = None
     with pytest.raises(DerivationError, match="no chat template to derive the layout from"):
         derive_layout(tokenizer)
 
 
 def test_a_template_without_a_generation_prompt_is_refused():
-    tokenizer = shaped("gemma-3", GEMMA)
+    tokenizer = shaped("gemma-3")
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}<end_of_turn>{% endfor %}"
     with pytest.raises(DerivationError, match="generation prompt"):
         derive_layout(tokenizer)
@@ -146,7 +135,7 @@ def test_generic_is_a_profile_name_and_forces_the_derived_layout():
 
 
 def test_the_stored_layout_gives_the_same_profile_back():
-    layout = derive_layout(shaped("seed-oss", SEED))
+    layout = derive_layout(shaped("seed-oss"))
     stored = json.dumps(layout.to_json())
     again = run_profile_named(GENERIC, stored)
     assert again == layout.profile()
@@ -157,7 +146,14 @@ def test_the_stored_layout_gives_the_same_profile_back():
 
 
 def test_describe_lists_what_was_derived():
-    lines = derive_layout(shaped("seed-oss", SEED)).describe()
+    lines = derive_layout(shaped("seed-oss")).describe()
     assert lines[0] == "generation prompt '<seed:bos>assistant\\n'"
     assert "think block '<seed:think>' ... '</seed:think>'" in lines
     assert "template variables thinking_budget" in lines
+
+
+@pytest.mark.parametrize("name", ["gemma-3", "phi-4-reasoning", "seed-oss"])
+def test_a_model_no_profile_claims_gets_the_generic_profile(name):
+    tokenizer = load_tokenizer(f"fixture:{name}")
+    profile = resolve_profile(tokenizer)
+    assert profile.name == GENERIC and profile.derived == derive_layout(tokenizer)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from draftgen.fixture_code.encoding_dsv32 import encode_messages
+from draftgen_testing.fixture_code.encoding_dsv32 import encode_messages
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"

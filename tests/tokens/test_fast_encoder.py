@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen.fixture_code.tokenization_kimi_fixture import _split_long_runs
 from draftgen.profiles import detect_profile
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.text import (
@@ -34,8 +33,9 @@ from draftgen.tokens.fast_encoder import (
     reference_decode,
     reference_encode,
 )
-from draftgen.tokens.fixtures import FIXTURE_NAMES, build_fixture
 from draftgen.tokens.tokenizer import load_tokenizer
+from draftgen_testing.fixture_code.tokenization_kimi_fixture import _split_long_runs
+from draftgen_testing.fixtures import FIXTURE_NAMES, build_fixture
 
 SAMPLE = [
     "<|im_user|>user<|im_middle|>Why is the sky blue?<|im_end|><|im_assistant|>assistant"
@@ -68,7 +68,7 @@ def distinct_vocabularies(names) -> list[str]:
 
 
 # The default run checks fastokens on these; ``pytest -m long`` on every vocabulary of
-# draftgen.tokens.fixtures.FIXTURE_NAMES (fastokens takes seconds to load each).
+# draftgen_testing.fixtures.FIXTURE_NAMES (fastokens takes seconds to load each).
 DEFAULT_FASTOKENS = ("kimi-k2.5", "kimi-k2.5-remote", "deepseek-v4")
 
 

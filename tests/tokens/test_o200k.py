@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
-from draftgen.profiles.gpt_oss import GPT_OSS_SPECIAL_TOKENS, O200K_PATTERN
 from draftgen.tokens import o200k
 from draftgen.tokens.tokenizer import decode, encode, load_tokenizer
+from draftgen_testing.families.gpt_oss import GPT_OSS_SPECIAL_TOKENS, O200K_PATTERN
 
 # tiktoken_ext.openai_public's o200k_base and openai-harmony's pin of o200k_base.tiktoken.
 PIN = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from draftgen.profiles import KIMI_K2
-from draftgen.tokens.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 from draftgen.tokens.rendering import ChatRenderer
 from draftgen.tokens.tokenizer import TokenizerLoadError, decode, encode, load_tokenizer
+from draftgen_testing.fixtures import FIXTURE_NAMES, QWEN_PATTERN, build_fixture
 
 TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
@@ -196,7 +196,7 @@ def test_fixture_is_listed_and_laid_out_like_kimis_repository():
         "tokenization_kimi.py",
         "tokenizer_config.json",
     ]
-    source = files("draftgen") / "fixture_code" / "tokenization_kimi_fixture.py"
+    source = files("draftgen_testing") / "fixture_code" / "tokenization_kimi_fixture.py"
     assert (path / "tokenization_kimi.py").read_text(encoding="utf-8") == source.read_text(
         encoding="utf-8"
     )
@@ -204,7 +204,7 @@ def test_fixture_is_listed_and_laid_out_like_kimis_repository():
     assert config["auto_map"] == {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}
     assert config["eos_token"] == "[EOS]"
     assert config["chat_template"] == (
-        files("draftgen") / "templates" / "kimi-k2.5.jinja"
+        files("draftgen_testing") / "templates" / "kimi-k2.5.jinja"
     ).read_text(encoding="utf-8")
     decoder = config["added_tokens_decoder"]
     assert len(decoder) == 163840 - 151643
@@ -233,7 +233,7 @@ def test_fixture_is_listed_and_laid_out_like_kimis_repository():
 
 
 def test_the_class_version_is_in_the_fixture_version(tmp_path, monkeypatch):
-    import draftgen.tokens.fixtures as fixtures
+    import draftgen_testing.fixtures as fixtures
 
     before = build_fixture("kimi-k2.5-remote", cache_dir=tmp_path)
     original = fixtures._read_encoder

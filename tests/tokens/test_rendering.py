@@ -77,7 +77,7 @@ def test_chat_template_kwargs_are_refused_through_openrouter(tmp_path):
     options = RunOptions(
         inputs=[], model="m", tokenizer="fixture:qwen3", out=tmp_path, chat_template_kwargs={"a": 1}
     )
-    from draftgen.run.pipeline import generation_settings
+    from draftgen.run.context import generation_settings
 
     with pytest.raises(RunError, match="--chat-template-kwargs is for vLLM/SGLang"):
         generation_settings(options)
@@ -422,7 +422,7 @@ def test_a_chat_encoder_no_profile_knows_is_refused(tmp_path):
     import transformers
 
     from draftgen.profiles import UnknownProfileError
-    from draftgen.tokens.fixtures import build_fixture
+    from draftgen_testing.fixtures import build_fixture
 
     copy_dir = tmp_path / "v5"
     shutil.copytree(build_fixture("deepseek-v3.2"), copy_dir)

@@ -16,9 +16,9 @@ import transformers
 from draftgen.reconstruct.text import renderer_for
 from draftgen.tokens import tokenizer_cache
 from draftgen.tokens.fast_encoder import adversarial_texts
-from draftgen.tokens.fixtures import build_fixture
 from draftgen.tokens.rendering import resolve_profile
 from draftgen.tokens.tokenizer_cache import cached_load
+from draftgen_testing.fixtures import build_fixture
 
 CONVERSATION = [
     {"role": "system", "content": "You are terse."},

@@ -2,8 +2,22 @@
 
 A backend checks a run's settings and says which request fields it sends (``settings``), builds
 the request body and turns response bytes (or SSE lines) into a ``Completion``; it may own a table
-of draftgen.toml (``config_table``). The OpenAI-compatible code they share is ``base``;
-``get_backend(name)`` is the registry. Adding one is adding a module and an entry in ``BACKENDS``.
+of draftgen.toml (``config_table``). The OpenAI-compatible code they share is ``base``.
+
+The registry is ``BACKENDS`` (``get_backend(name)``, ``BACKEND_NAMES``): each module's ``BACKEND``
+declares everything about its backend in one place, and the layers above read it by key, never
+the reverse (this package imports nothing above it):
+
+- the server family it speaks to (``server``): the simulator dialect that answers it
+  (``draftgen.simulator.config.DIALECTS`` is ``server_families()``);
+- the checks the probe runs before the first request (``probe``: a key of
+  ``draftgen.run.probe.PROBE_CHECKS``);
+- the batch dialects its API offers (``batch_dialects``: keys of
+  ``draftgen.generate.batch.dialects.DIALECTS``);
+- its line of ``--backend`` help (``help``).
+
+Adding a backend is adding a module and an entry in ``BACKENDS``; a test checks that every key it
+names is one the layers above know.
 """
 
 from __future__ import annotations
@@ -72,21 +86,32 @@ class Backend:
     path: str = "/chat/completions"
     # Self-hosted servers are often run without a key.
     needs_api_key: bool = True
-    # Whether request_body takes the rendered prompt (``prompt=TokenPrompt``, keyword) instead
-    # of the server rendering ``messages``; the pipeline then also fills in the completion's
-    # prompt ids and reasoning split (``draftgen.generate.native_turn``), keeping tokenizers out
-    # of here.
+    # Whether request_body takes the rendered prompt (``prompt=base.TokenPrompt``, keyword)
+    # instead of the server rendering ``messages``; the pipeline then also fills in the
+    # completion's prompt ids and reasoning split (``draftgen.generate.native_turn``), keeping
+    # tokenizers out of here.
     needs_prompt_ids: bool = False
     # The server family that speaks this format: the simulator dialect that answers it.
     server: str = ""
+    # What the probe asks before the first request (``draftgen.run.probe.PROBE_CHECKS``):
+    # "openrouter" (the key, then the model's endpoints), "listed-models" (the server answers
+    # only the model names it lists) or "reachable" (its listing answers and takes the key).
+    probe: str = "reachable"
     # Its own table of draftgen.toml, if it has one.
     config_table: ConfigTable | None = None
-    # Whether the API behind it has batch endpoints (``run --batch``).
-    batch_api: bool = False
+    # The batch APIs behind it (``run --batch --batch-dialect``); none: no batch mode.
+    batch_dialects: tuple[str, ...] = ()
+    # What ``--backend NAME`` means, for the help: a phrase.
+    help: str = ""
 
     @property
     def dialect(self) -> str:
         return self.server or self.name
+
+    @property
+    def batch_api(self) -> bool:
+        """Whether the API behind it has batch endpoints (``run --batch``)."""
+        return bool(self.batch_dialects)
 
 
 class UnknownBackendError(DraftgenError, ValueError):
@@ -136,7 +161,31 @@ def get_backend(name: str) -> Backend:
     return factory()
 
 
+def all_backends() -> tuple[Backend, ...]:
+    """Every backend, in registry order."""
+    return tuple(get_backend(name) for name in BACKEND_NAMES)
+
+
 def config_tables() -> dict[str, ConfigTable]:
     """The draftgen.toml tables the backends own, by name, in registry order."""
-    tables = (get_backend(name).config_table for name in BACKEND_NAMES)
+    tables = (backend.config_table for backend in all_backends())
     return {table.name: table for table in tables if table is not None}
+
+
+def server_families() -> tuple[str, ...]:
+    """The server families the backends speak to, in registry order: the simulator's dialects."""
+    return tuple(dict.fromkeys(backend.dialect for backend in all_backends()))
+
+
+def probe_of(server: str) -> str:
+    """The probe checks of the backends speaking to ``server`` ("reachable" for a family no
+    backend names); the backends of one family agree on them (a test checks)."""
+    for backend in all_backends():
+        if backend.dialect == server:
+            return backend.probe
+    return "reachable"
+
+
+def backend_help() -> str:
+    """``--backend``'s help: what each name means, from each backend's own phrase."""
+    return "wire format: " + "; ".join(f"{b.name}: {b.help}" for b in all_backends())

@@ -21,6 +21,19 @@ from draftgen.records import Completion, GenerationSettings
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 
+@dataclass(frozen=True)
+class TokenPrompt:
+    """A prompt as ids, for a server that generates from ids (``Backend.needs_prompt_ids``);
+    the pipeline renders it (``draftgen.generate.native_turn``), the backend only sends it."""
+
+    text: str
+    ids: list[int]
+    # The end-of-turn tokens: the server must stop there whatever eos its config names (Kimi's
+    # tokenizer says ``[EOS]`` while its turns end with ``<|im_end|>``; GLM's tool turns end
+    # with ``<|observation|>``, harmony's with ``<|call|>``).
+    stop_ids: list[int]
+
+
 @dataclass
 class ApiError(Exception):
     kind: str
@@ -341,6 +354,43 @@ def logprob_bytes_of(blocks: list) -> list[bytes] | None:
                 return None
             tokens.append(bytes(raw))
     return tokens if seen else None
+
+
+def token_ids_of(value: object) -> list[int] | None:
+    """``value`` as token ids (None if absent); an ``ApiError`` if it is not a list of ids."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise ApiError("malformed_response", "token ids are not a list of non-negative ints")
+    return value
+
+
+def with_ids(
+    completion: Completion,
+    prompt_ids: list[int] | None,
+    completion_ids: list[int] | None,
+    server: str,
+    hint: str,
+) -> Completion:
+    """``completion`` with the ids the server returned; a fatal ``ApiError`` naming what is
+    missing (and ``hint``: how to get it) if either is: exactness is the contract."""
+    missing = [
+        name
+        for name, ids in (("prompt", prompt_ids), ("completion", completion_ids))
+        if ids is None
+    ]
+    if missing:
+        raise ApiError(
+            "no_token_ids",
+            f"the {server} server returned no {' and no '.join(missing)} token ids; {hint}",
+            retryable=False,
+            fatal=True,
+        )
+    completion.prompt_token_ids = prompt_ids
+    completion.completion_token_ids = completion_ids
+    return completion
 
 
 def merge_tool_call_delta(calls: list, piece: object) -> None:

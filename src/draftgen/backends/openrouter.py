@@ -126,5 +126,8 @@ BACKEND = Backend(
         read=read_config_table,
         options=("provider",),
     ),
-    batch_api=True,
+    server="openrouter",
+    probe="openrouter",
+    batch_dialects=("openrouter", "openai-files"),
+    help="OpenRouter or any OpenAI-compatible API, text only (ids rebuilt and verified)",
 )

@@ -14,7 +14,7 @@ from functools import partial
 import orjson
 
 from draftgen.backends import Backend, base
-from draftgen.backends.vllm import token_ids_of, with_ids
+from draftgen.backends.base import token_ids_of, with_ids
 from draftgen.records import Completion, GenerationSettings
 
 MISSING_IDS_HINT = (
@@ -70,4 +70,6 @@ BACKEND = Backend(
     stream_accumulator=_NoStreaming,
     settings=partial(base.server_settings, backend="sglang"),
     needs_api_key=False,
+    server="sglang",
+    help="an SGLang server's chat completions, which return the generated ids themselves",
 )

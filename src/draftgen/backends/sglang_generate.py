@@ -20,16 +20,12 @@ The server returns no prompt ids and no reasoning split: the pipeline fills both
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
 
 import orjson
 
 from draftgen.backends import Backend, base
-from draftgen.backends.vllm import token_ids_of
+from draftgen.backends.base import TokenPrompt, token_ids_of
 from draftgen.records import Completion, GenerationSettings
-
-if TYPE_CHECKING:
-    from draftgen.generate.native_turn import TokenPrompt
 
 MISSING_IDS_HINT = (
     "use an SGLang release whose /generate returns output_ids, or --backend sglang for its chat "
@@ -198,4 +194,5 @@ BACKEND = Backend(
     needs_api_key=False,
     needs_prompt_ids=True,
     server="sglang",
+    help="SGLang's native /generate, sent draftgen's prompt ids (--base-url is the server root)",
 )

@@ -12,6 +12,7 @@ from functools import partial
 import orjson
 
 from draftgen.backends import Backend, base
+from draftgen.backends.base import token_ids_of, with_ids
 from draftgen.records import Completion, GenerationSettings
 
 MISSING_IDS_HINT = (
@@ -40,7 +41,7 @@ def parse_completion(body: bytes) -> Completion:
     choice = obj["choices"][0]
     prompt_ids = token_ids_of(obj.get("prompt_token_ids", choice.get("prompt_token_ids")))
     completion_ids = token_ids_of(choice.get("token_ids"))
-    return with_ids(completion, prompt_ids, completion_ids, "vLLM")
+    return with_ids(completion, prompt_ids, completion_ids, "vLLM", MISSING_IDS_HINT)
 
 
 class StreamAccumulator(base.StreamAccumulator):
@@ -69,41 +70,7 @@ class StreamAccumulator(base.StreamAccumulator):
     def finish(self) -> Completion:
         completion = super().finish()
         ids = self.completion_ids if self.saw_ids else None
-        return with_ids(completion, self.prompt_ids, ids, "vLLM")
-
-
-def token_ids_of(value: object) -> list[int] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
-    ):
-        raise base.ApiError("malformed_response", "token ids are not a list of non-negative ints")
-    return value
-
-
-def with_ids(
-    completion: Completion,
-    prompt_ids: list[int] | None,
-    completion_ids: list[int] | None,
-    server: str,
-    hint: str = MISSING_IDS_HINT,
-) -> Completion:
-    missing = [
-        name
-        for name, ids in (("prompt", prompt_ids), ("completion", completion_ids))
-        if ids is None
-    ]
-    if missing:
-        raise base.ApiError(
-            "no_token_ids",
-            f"the {server} server returned no {' and no '.join(missing)} token ids; {hint}",
-            retryable=False,
-            fatal=True,
-        )
-    completion.prompt_token_ids = prompt_ids
-    completion.completion_token_ids = completion_ids
-    return completion
+        return with_ids(completion, self.prompt_ids, ids, "vLLM", MISSING_IDS_HINT)
 
 
 BACKEND = Backend(
@@ -115,4 +82,7 @@ BACKEND = Backend(
     stream_accumulator=StreamAccumulator,
     settings=partial(base.server_settings, backend="vllm"),
     needs_api_key=False,
+    server="vllm",
+    probe="listed-models",
+    help="a vLLM server that returns the generated ids themselves",
 )

@@ -1,29 +1,38 @@
-"""draftgen.toml: every ``run`` flag as a key of a file, checked against the parser it comes from.
+"""draftgen.toml: every run setting as a key of a file, read and checked by its declaration.
 
-The keys are the run parser's own options (``--max-tokens`` is ``max_tokens``), so a new flag is a
-new key with the same type and choices; only the tables (``[[datasets]]``, ``[backend]``,
-``[batch]``) and the estimate-only ``[estimate]`` keys are described here. A backend's own table
-(``[openrouter]``) is the backend's to read (``draftgen.backends.ConfigTable``).
+The keys are the settings of ``draftgen.options`` (``--max-tokens`` is ``max_tokens``), so a new
+setting is a new key with the same type, choices and checks; only the tables (``[[datasets]]``,
+``[backend]``, ``[batch]``, ``[chat_template_kwargs]``) are described here. A command's own
+settings sit in its table (``[estimate]``); a backend's own table (``[openrouter]``) is the
+backend's to read (``draftgen.backends.ConfigTable``).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from draftgen.backends import ConfigTable, SettingsError, config_tables
 from draftgen.errors import DraftgenError
-from draftgen.inputs.mix import DatasetSpec
+from draftgen.options import (
+    META_KEYS,
+    DatasetSpec,
+    EndpointSpec,
+    EstimateOptions,
+    OptionError,
+    RunOptions,
+    Setting,
+    SettingsError,
+    config_tables,
+    every_setting,
+)
 from draftgen.redact import described
 
 CONFIG_NAME = "draftgen.toml"
-# Options about finding the file itself: they have no key in it.
-META_DESTS = frozenset({"help", "config", "no_config", "force"})
-# Keys of flags that were renamed: a file with the old key still means the same setting.
-RENAMED_KEYS = {"samples": "completions_per_turn"}
 DATASET_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "path": (str, "a file path"),
     "name": (str, "a name (the rows' ids become NAME/ID)"),
@@ -39,37 +48,21 @@ class ConfigError(DraftgenError, ValueError):
     """A config file that cannot be used; the message names the file, the key and the fix."""
 
 
-def defer_defaults(parser: argparse.ArgumentParser) -> None:
-    """Keep ``parser``'s defaults out of ``parse_args``, so given flags can be told apart.
-
-    The defaults move onto the actions (``draftgen_default``); ``resolve`` lays defaults, then
-    the file, then the flags given over one another. Actions shared by several parsers keep the
-    first default recorded.
-    """
-    for action in parser._actions:
-        if action.dest in (argparse.SUPPRESS, "help") or action.default == argparse.SUPPRESS:
-            continue
-        action.draftgen_default = action.default
-        action.default = argparse.SUPPRESS
+def top_level(settings: Iterable[Setting] | None = None) -> dict[str, Setting]:
+    """The settings that are top-level keys of the file, by key."""
+    settings = every_setting() if settings is None else settings
+    return {s.key: s for s in settings if s.toml and s.table is None and s.key not in META_KEYS}
 
 
-def share_arguments(
-    source: argparse.ArgumentParser, target: argparse.ArgumentParser, dests: tuple[str, ...]
-) -> None:
-    """Give ``target`` the very option objects of ``source`` named by ``dests`` (no copies)."""
-    actions = {action.dest: action for action in source._actions}
-    for dest in dests:
-        actions[dest].draftgen_shared = True
-        target._add_action(actions[dest])
+def table_keys(name: str, settings: Iterable[Setting] | None = None) -> dict[str, Setting]:
+    """The settings of a command's table (``[estimate]``), by key."""
+    settings = every_setting() if settings is None else settings
+    return {s.key: s for s in settings if s.toml and s.table == name}
 
 
-def options_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """The parser's options by key (dest), the ones about the config file left out."""
-    return {
-        action.dest: action
-        for action in parser._actions
-        if action.option_strings and action.dest not in META_DESTS
-    }
+def command_tables(settings: Iterable[Setting] | None = None) -> set[str]:
+    settings = every_setting() if settings is None else settings
+    return {s.table for s in settings if s.toml and s.table}
 
 
 def find_config(args: argparse.Namespace) -> Path | None:
@@ -87,30 +80,22 @@ def find_config(args: argparse.Namespace) -> Path | None:
 
 
 def resolve(
-    args: argparse.Namespace,
-    run_parser: argparse.ArgumentParser,
-    tables: dict[str, argparse.ArgumentParser] | None = None,
-    command: str = "run",
+    args: argparse.Namespace, command: str = "run"
 ) -> tuple[argparse.Namespace, Path | None]:
     """Defaults, then the config file, then the flags given: the namespace ``command`` runs with.
 
-    The file's top-level keys are the options of ``run_parser``; ``tables`` maps a table name
-    (``estimate``) to the parser whose own options it holds. Everything in the file is checked,
-    whichever command reads it; keys the command has no option for are then left out. Returns
-    the namespace and the file read (None if none).
+    Everything in the file is checked, whichever command reads it; keys the command has no
+    setting for (another command's table) are then left out. Returns the namespace and the file
+    read (None if none).
     """
-    tables = tables or {}
-    command_parser = tables.get(command, run_parser)
     path = find_config(args)
     values: dict[str, Any] = {
-        dest: getattr(action, "draftgen_default", action.default)
-        for dest, action in options_of(command_parser).items()
+        s.key: s.default
+        for s in every_setting()
+        if command in s.commands and s.key not in META_KEYS
     }
-    values["datasets"] = None
-    values.update((option, None) for table in config_tables().values() for option in table.options)
-    values["endpoints"] = None
     if path is not None:
-        from_file = load_config(path, run_parser, tables)
+        from_file = load_config(path)
         if "input" in vars(args):
             from_file.pop("datasets", None)  # --input replaces the file's datasets too
         if "base_url" in vars(args):
@@ -125,41 +110,67 @@ def resolve(
     return argparse.Namespace(**values), path
 
 
-def load_config(
-    path: Path,
-    run_parser: argparse.ArgumentParser,
-    tables: dict[str, argparse.ArgumentParser] | None = None,
-) -> dict[str, Any]:
-    """The file's settings, converted as the flags convert them; ConfigError if any is wrong.
+def resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
+    """``args`` with the config file and the defaults under them; required settings checked."""
+    merged, path = resolve(args, command)
+    if path is not None:
+        print(f"draftgen: settings from {path}", file=sys.stderr)
+    where = f"in {path}" if path is not None else "in draftgen.toml (draftgen init writes one)"
+    for declared in every_setting():
+        if command in declared.required and getattr(merged, declared.key) is None:
+            dest = declared.key
+            raise ConfigError(f"no --{dest} given: pass it, or set {dest} = ... {where}")
+    if not merged.input and not merged.datasets:
+        raise ConfigError(
+            f"no prompts given: pass --input FILE, or set input = [...] or [[datasets]] {where}"
+        )
+    return merged
 
-    Run keys come back by name, ``[[datasets]]`` as ``datasets`` (DatasetSpec list), a backend's
-    table as the options it sets (``[openrouter.provider]`` as ``provider``),
-    ``[[backend.endpoints]]`` as ``endpoints`` (EndpointSpec list) and a command table's keys as
-    ``TABLE.KEY``.
+
+def options_from(args: argparse.Namespace, command: str) -> RunOptions:
+    """The options ``command`` (run, estimate) runs with, from its resolved namespace, checked
+    as the library checks them (``RunOptions.check``)."""
+    cls = EstimateOptions if command == "estimate" else RunOptions
+    options = cls.from_keys(vars(args))
+    try:
+        options.check(command)
+    except OptionError as exc:
+        raise ConfigError(str(exc)) from None
+    return options
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The file's settings, converted and checked as their flags are; ConfigError if any is
+    wrong.
+
+    Top-level keys come back by name, ``[[datasets]]`` as ``datasets`` (DatasetSpec list), a
+    backend's table as the options it sets (``[openrouter.provider]`` as ``provider``),
+    ``[[backend.endpoints]]`` as ``endpoints`` (EndpointSpec list) and a command table's keys
+    as ``TABLE.KEY``.
     """
-    tables = tables or {}
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax there") from None
     base = path.parent
-    run_options = options_of(run_parser)
+    keys = top_level()
+    old_keys = {s.old_key: s.key for s in keys.values() if s.old_key}
     owned = config_tables()
     values: dict[str, Any] = {}
     for key, value in document.items():
         if key == "datasets" or key in owned:
             continue
-        if key in tables:
-            values.update(_command_table(path, key, value, tables[key]))
+        if key in command_tables():
+            values.update(_command_table(path, key, value))
             continue
         if key == "backend" and isinstance(value, dict):
-            values.update(_backend_table(path, value, run_options["backend"], base))
+            values.update(_backend_table(path, value, keys["backend"], base))
             continue
-        if key == "batch" and isinstance(value, dict) and "batch_dialect" in run_options:
-            values.update(_batch_table(path, value, run_options, base))
+        if key == "batch" and isinstance(value, dict):
+            values.update(_batch_table(path, value, keys, base))
             continue
-        if key == "chat_template_kwargs" and key in run_options:
+        if key == "chat_template_kwargs":
             if not isinstance(value, dict):
                 raise ConfigError(
                     f"{path}: chat_template_kwargs must be a table of template variables, e.g. "
@@ -167,11 +178,11 @@ def load_config(
                 )
             values[key] = dict(value)
             continue
-        key = RENAMED_KEYS.get(key, key) if RENAMED_KEYS.get(key) in run_options else key
-        action = run_options.get(key)
-        if action is None:
-            raise ConfigError(_unknown(path, key, [*run_options, "datasets", *owned]))
-        values[key] = _convert(path, key, action, value, base)
+        key = old_keys.get(key, key)
+        declared = keys.get(key)
+        if declared is None:
+            raise ConfigError(_unknown(path, key, [*keys, "datasets", *owned]))
+        values[key] = _convert(path, key, declared, value, base)
     if "datasets" in document:
         if "input" in document:
             raise ConfigError(
@@ -188,44 +199,36 @@ def load_config(
     return values
 
 
-def _command_table(
-    path: Path, name: str, section: object, parser: argparse.ArgumentParser
-) -> dict[str, Any]:
+def _command_table(path: Path, name: str, section: object) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: {name} must be a table ([{name}]), not {_kind(section)}")
-    shared = set(options_of_shared(parser))
-    own = {dest: a for dest, a in options_of(parser).items() if dest not in shared}
+    own = table_keys(name)
     out = {}
     for key, value in section.items():
-        action = own.get(key)
-        if action is None:
+        declared = own.get(key)
+        if declared is None:
             raise ConfigError(_unknown(path, f"{name}.{key}", [f"{name}.{k}" for k in own]))
-        out[f"{name}.{key}"] = _convert(path, f"{name}.{key}", action, value, path.parent)
+        out[f"{name}.{key}"] = _convert(path, f"{name}.{key}", declared, value, path.parent)
     return out
 
 
-def options_of_shared(parser: argparse.ArgumentParser) -> list[str]:
-    """Dests of options ``share_arguments`` gave this parser: their key is the top-level one."""
-    return [a.dest for a in parser._actions if getattr(a, "draftgen_shared", False)]
-
-
-def _convert(path: Path, key: str, action: argparse.Action, value: Any, base: Path) -> Any:
-    if action.nargs == 0:  # store_true, --x/--no-x
+def _convert(path: Path, key: str, declared: Setting, value: Any, base: Path) -> Any:
+    if declared.kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{path}: {key} must be true or false, not {_kind(value)}")
         return value
-    if isinstance(action, argparse._AppendAction) or action.nargs in ("+", "*"):
+    if declared.many:
         if not isinstance(value, list):
             raise ConfigError(
-                f"{path}: {key} must be a list, e.g. {key} = [{_example(action)}], "
+                f"{path}: {key} must be a list, e.g. {key} = [{_example(declared)}], "
                 f"not {_kind(value)}"
             )
-        return [_scalar(path, f"{key}[{i}]", action, v, base) for i, v in enumerate(value)]
-    return _scalar(path, key, action, value, base)
+        return [_scalar(path, f"{key}[{i}]", declared, v, base) for i, v in enumerate(value)]
+    return _scalar(path, key, declared, value, base)
 
 
-def _scalar(path: Path, key: str, action: argparse.Action, value: Any, base: Path) -> Any:
-    kind = _value_kind(action)
+def _scalar(path: Path, key: str, declared: Setting, value: Any, base: Path) -> Any:
+    kind = declared.kind if declared.kind in (int, float) else str
     if kind is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind is float:
@@ -235,16 +238,14 @@ def _scalar(path: Path, key: str, action: argparse.Action, value: Any, base: Pat
     if not ok:
         expected = {int: "an integer", float: "a number"}.get(kind, "a string")
         raise ConfigError(f"{path}: {key} must be {expected}, not {_shown(value)}")
-    converted = value
-    if action.type is not None:
-        try:
-            converted = action.type(str(value))  # the flag's own converter, as for its text
-        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{path}: {key} = {described(value)} is refused: {exc}") from None
-    if action.choices is not None and converted not in action.choices:
-        choices = ", ".join(str(c) for c in action.choices)
+    try:
+        converted = declared.from_text(str(value))  # the flag's own conversion and checks
+    except (OptionError, ValueError) as exc:
+        raise ConfigError(f"{path}: {key} = {described(value)} is refused: {exc}") from None
+    if declared.choices is not None and converted not in declared.choices():
+        choices = ", ".join(str(c) for c in declared.choices())
         raise ConfigError(f"{path}: {key} must be one of {choices}, not {described(value)}")
-    if _is_path(action) and not Path(str(converted)).is_absolute():
+    if declared.kind is Path and not Path(str(converted)).is_absolute():
         # Relative paths in a file are relative to that file, wherever draftgen is started.
         joined = base / str(converted)
         converted = joined if isinstance(converted, Path) else str(joined)
@@ -257,29 +258,8 @@ def _shown(value: Any) -> str:
     return shown if shown.startswith("a ") else f"{_kind(value)} {shown}"
 
 
-def _value_kind(action: argparse.Action) -> type:
-    """What a TOML value must be for this option: probing its converter with "1" tells."""
-    if action.type is None:
-        return str
-    try:
-        probe = action.type("1")
-    except Exception:
-        return str
-    if isinstance(probe, bool):
-        return str
-    if isinstance(probe, int):
-        return int
-    if isinstance(probe, float):
-        return float
-    return str
-
-
-def _is_path(action: argparse.Action) -> bool:
-    return action.dest == "input" or action.type is Path
-
-
-def _example(action: argparse.Action) -> str:
-    return '"prompts.jsonl"' if action.dest == "input" else '"..."'
+def _example(declared: Setting) -> str:
+    return '"prompts.jsonl"' if declared.key == "input" else '"..."'
 
 
 def _datasets(path: Path, value: object, base: Path) -> list[DatasetSpec]:
@@ -308,11 +288,9 @@ def _datasets(path: Path, value: object, base: Path) -> list[DatasetSpec]:
     return specs
 
 
-def _backend_table(path: Path, table: dict, backend: argparse.Action, base: Path) -> dict[str, Any]:
+def _backend_table(path: Path, table: dict, backend: Setting, base: Path) -> dict[str, Any]:
     """``[backend]`` as a table: ``name`` (what a plain ``backend`` key holds) and
     ``[[backend.endpoints]]``."""
-    from draftgen.generate.endpoints import EndpointSpec
-
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key == "name":
@@ -350,25 +328,25 @@ def _backend_table(path: Path, table: dict, backend: argparse.Action, base: Path
 
 
 def _batch_table(
-    path: Path, table: dict, run_options: dict[str, argparse.Action], base: Path
+    path: Path, table: dict, settings: dict[str, Setting], base: Path
 ) -> dict[str, Any]:
-    """``[batch]``: the ``--batch-*`` flags without their prefix (``enabled`` is ``--batch``),
-    the same as the top-level keys ``batch``, ``batch_dialect``, ..."""
+    """``[batch]``: the batch group's settings without their prefix (``enabled`` is
+    ``--batch``), the same as the top-level keys ``batch``, ``batch_dialect``, ..."""
     keys = {
-        ("enabled" if dest == "batch" else dest.removeprefix("batch_")): dest
-        for dest in run_options
-        if dest == "batch" or dest.startswith("batch_")
+        ("enabled" if key == "batch" else key.removeprefix("batch_")): key
+        for key, declared in settings.items()
+        if declared.group == "batch"
     }
     values: dict[str, Any] = {}
     for key, value in table.items():
         dest = keys.get(key)
         if dest is None:
             raise ConfigError(_unknown(path, f"batch.{key}", [f"batch.{k}" for k in keys]))
-        values[dest] = _convert(path, f"batch.{key}", run_options[dest], value, base)
+        values[dest] = _convert(path, f"batch.{key}", settings[dest], value, base)
     return values
 
 
-def _owned_table(path: Path, table: ConfigTable, value: object) -> dict[str, Any]:
+def _owned_table(path: Path, table: Any, value: object) -> dict[str, Any]:
     """A backend's table (``[openrouter]``): its shape and keys checked here, its values by the
     backend."""
     if not isinstance(value, dict):
@@ -412,11 +390,13 @@ model = "moonshotai/kimi-k2.5"  # the model id sent to the API
 tokenizer = "moonshotai/Kimi-K2.5"  # the target's tokenizer: local dir, hub id or fixture:NAME
 out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 
-# Where requests go. Without base_url the built-in simulator answers with synthetic data:
-# a safe way to try this file. For OpenRouter, uncomment:
+# Where requests go, one of two: an endpoint (or [[backend.endpoints]] below), e.g. OpenRouter ...
 # base_url = "https://openrouter.ai/api/v1"
 # api_key_env = "OPENROUTER_API_KEY"  # the environment variable holding the key
 # backend = "openrouter"  # openrouter | vllm | sglang (servers that return token ids)
+# ... or the built-in simulator on loopback, whose answers are synthetic: a safe way to try this
+# file (draftgen run --simulate says the same).
+# simulate = true
 
 # Sampling: all of these are sent with every request and recorded; a resume must match them.
 # max_tokens = 32768  # reasoning + answer
@@ -506,29 +486,28 @@ path = "prompts.jsonl"
 """
 
 
-def example_text(run_parser: argparse.ArgumentParser) -> str:
-    """The commented example ``draftgen init`` writes, with a line for every ``run`` key.
+def example_text(settings: Iterable[Setting] | None = None) -> str:
+    """The commented example ``draftgen init`` writes, with a line for every top-level key.
 
-    Options added to ``run`` after this text was written get a commented line of their own, so
-    the example never lacks a key.
+    Settings declared after this text was written get a commented line of their own, so the
+    example never lacks a key.
     """
     extra = []
-    for dest, action in options_of(run_parser).items():
-        if f"# {dest} = " in EXAMPLE or f"\n{dest} = " in EXAMPLE:
+    for key, declared in top_level(settings).items():
+        if f"# {key} = " in EXAMPLE or f"\n{key} = " in EXAMPLE:
             continue
-        default = getattr(action, "draftgen_default", action.default)
-        value = _toml_value(default) if default not in (None, argparse.SUPPRESS) else '"..."'
-        note = (action.help or "").replace("\n", " ")
-        extra.append(f"# {dest} = {value}  # {note}" if note else f"# {dest} = {value}")
+        default = declared.default
+        value = _toml_value(default) if default is not None else '"..."'
+        note = declared.help_text().replace("\n", " ")
+        extra.append(f"# {key} = {value}  # {note}" if note else f"# {key} = {value}")
     return EXAMPLE.replace("{extra}", "\n".join(extra) + ("\n" if extra else ""))
 
 
-def write_example(path: Path, run_parser: argparse.ArgumentParser, force: bool = False) -> Path:
-    """Write the example config for ``run_parser``'s keys at ``path``; refuse to replace a file
-    unless ``force``."""
+def write_example(path: Path, force: bool = False) -> Path:
+    """Write the example config at ``path``; refuse to replace a file unless ``force``."""
     if path.exists() and not force:
         raise ConfigError(f"{path} already exists; edit it, or pass --force to replace it")
-    path.write_text(example_text(run_parser), encoding="utf-8")
+    path.write_text(example_text(), encoding="utf-8")
     return path
 
 

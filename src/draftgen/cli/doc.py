@@ -1,4 +1,5 @@
-"""The CLI reference (docs/cli.md), rendered from the parser's own help text.
+"""The CLI reference (docs/cli.md): the parser's own help text, and a table of the settings'
+flags and draftgen.toml keys, both made from the declarations in ``draftgen.options``.
 
 ``python -m draftgen.cli.doc > docs/cli.md`` regenerates it; tests/cli/test_clidoc.py fails when the
 checked-in file differs, so the reference never drifts from the flags.
@@ -9,7 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 from contextlib import contextmanager
+
+from draftgen.options import Setting, every_setting
 
 # argparse wraps help to the terminal's width ($COLUMNS); a fixed width keeps the file stable.
 HELP_COLUMNS = 100
@@ -36,10 +40,38 @@ def _fixed_width():
             os.environ["COLUMNS"] = saved
 
 
-def render(parser: argparse.ArgumentParser | None = None) -> str:
-    """docs/cli.md: the top-level help, then each command's help under its own heading."""
+def settings_table(settings: Iterable[Setting] | None = None) -> list[str]:
+    """Every setting of run and estimate: its flag, its draftgen.toml key and its default."""
+    lines = [
+        "## Settings and their draftgen.toml keys",
+        "",
+        "| flag | key in draftgen.toml | commands | default |",
+        "|---|---|---|---|",
+    ]
+    for declared in every_setting() if settings is None else settings:
+        if not declared.flag or not declared.toml:
+            continue
+        key = f"[{declared.table}] {declared.key}" if declared.table else declared.key
+        default = "" if declared.default is None else f"`{_toml(declared.default)}`"
+        commands = ", ".join(declared.commands)
+        lines.append(f"| `{declared.flag}` | `{key}` | {commands} | {default} |")
+    return [*lines, ""]
+
+
+def _toml(value: object) -> str:
+    """A default as draftgen.toml spells it: true, 0.5, "auto"."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def render(
+    parser: argparse.ArgumentParser | None = None, settings: Iterable[Setting] | None = None
+) -> str:
+    """docs/cli.md: the top-level help, then each command's help under its own heading, then
+    the settings' keys."""
     if parser is None:
-        from draftgen.cli.main import build_parser
+        from draftgen.cli.parser import build_parser
 
         parser = build_parser()
     parts = [
@@ -58,6 +90,7 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         for name, command in subcommands(parser).items():
             parts += [f"## `draftgen {name}`", "", f"Guide: [{name}.md]({name}.md)", ""]
             parts += ["```text", command.format_help().rstrip(), "```", ""]
+    parts += settings_table(settings)
     return "\n".join(parts)
 
 

@@ -7,15 +7,12 @@ in flight at once are requested once; a resume skips every chain the store alrea
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import orjson
 
-from draftgen.backends import get_backend
 from draftgen.collector import collecting_less
 from draftgen.generate.budget import (
     BudgetReached,
@@ -31,12 +28,14 @@ from draftgen.generate.client import (
     RetryPolicy,
     RunStopped,
 )
-from draftgen.generate.endpoints import EndpointSpec, endpoint_specs
+from draftgen.generate.contract import Destination, GenerationContext
+from draftgen.generate.endpoints import endpoint_specs
 from draftgen.generate.errors import RunError
-from draftgen.generate.native_turn import TokenPrompt, native_turns
+from draftgen.generate.native_turn import NativeTurns, TokenPrompt
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
 from draftgen.generate.serial import SerialExecutor
+from draftgen.generate.signals import SignalStop
 from draftgen.inputs.ingest import Conversation, Rejection
 from draftgen.inputs.mix import read_suite
 from draftgen.inputs.plan import (
@@ -46,12 +45,10 @@ from draftgen.inputs.plan import (
     plan_turns,
     sample_chains,
 )
-from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
-from draftgen.records import Completion, GenerationSettings, Rendering
+from draftgen.records import Completion, Rendering
 from draftgen.store.database import REJECTED_NAME, SampleTally, Store, StoreError, StoreHalted
 from draftgen.tokens.rendering import ChatRenderer, request_variables
-from draftgen.tokens.tokenizer import load_tokenizer
 
 
 class LiveGeneration:
@@ -59,44 +56,40 @@ class LiveGeneration:
 
     A producer reads the rows and queues the chains that need requests; ``concurrency`` workers
     take a chain each and work its turns in order. The client's limiter, not the worker count,
-    bounds the requests in flight. ``options`` is the run's ``RunOptions``.
+    bounds the requests in flight. ``ctx`` holds the run's options, settings, backend,
+    tokenizer and profile, resolved once by the run.
     """
 
     def __init__(
         self,
-        options,
+        ctx: GenerationContext,
         store: Store,
-        settings: GenerationSettings,
-        profile: ModelProfile,
-        base_url: str | list[EndpointSpec],
-        api_key: str | None,
+        destination: Destination,
         started: threading.Event | None = None,
-        *,
-        total_rows: int,
     ) -> None:
-        """``started`` is set as the first request is sent; ``total_rows`` is what the inputs
-        hold (the progress display's total)."""
+        """``started`` is set as the first request is sent."""
+        options = ctx.options
         self.options = options
+        self.suite = ctx.suite
         self.store = store
-        self.settings = settings
+        self.settings = ctx.settings
         self.started = started
-        self.progress = RunProgress(total_rows=total_rows)
+        self.progress = RunProgress(total_rows=ctx.total_rows)
         self.stored = StoredTurns(store)
         self.inflight: dict[str, asyncio.Future] = {}
         self.writer = store.open_writer()  # checks the store's file after every commit
         self.halted: StoreHalted | None = None  # the store took no more: the run's error
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
         retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
-        # The run checked the name before the first request.
-        self.backend = get_backend(options.backend)
+        self.backend = ctx.backend
         self.stream = options.stream and self.backend.can_stream
-        self.base_url, self.api_key = base_url, api_key
+        self.base_url, self.api_key = destination.base_url, destination.api_key
         # What earlier runs spent is counted by ``start_budget``, once the prices are known.
         self.budget = SpendGuard(options.max_cost) if options.max_cost is not None else None
         self.costs: CostCounter | None = None
         self.client = ChatClient(
-            base_url,
-            api_key,
+            self.base_url,
+            self.api_key,
             concurrency=options.concurrency,
             retry=retry,
             idle_timeout=options.idle_timeout,
@@ -117,12 +110,10 @@ class LiveGeneration:
             in_flight=lambda: self.client.limiter.in_flight,
             tally=SampleTally(store.path),
         )
-        self.renderer = ChatRenderer(load_tokenizer(options.tokenizer), profile)
-        self.variables = request_variables(settings, profile)
+        self.renderer = ChatRenderer(ctx.tokenizer, ctx.profile)
+        self.variables = request_variables(self.settings, ctx.profile)
         self.native = (
-            native_turns(options.tokenizer, options.profile)
-            if self.backend.needs_prompt_ids
-            else None
+            NativeTurns(ctx.tokenizer, ctx.profile) if self.backend.needs_prompt_ids else None
         )
         # One thread renders prompts off the event loop, first come first served: requests leave in
         # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
@@ -225,6 +216,23 @@ class LiveGeneration:
         for task in self.workers:
             task.cancel()
 
+    def on_first_signal(self) -> str:
+        """Ctrl-C (or SIGTERM, SIGHUP): send nothing new and give the requests in flight
+        ``shutdown_grace`` seconds, then abandon them."""
+        self.request_stop("interrupted")
+        if self.producer is not None:
+            self.producer.cancel()
+        grace = self.options.shutdown_grace
+        asyncio.get_running_loop().call_later(grace, self.abandon)
+        return (
+            f"draftgen: stopping; waiting up to {grace:.0f} s for "
+            f"{self.client.limiter.in_flight} requests in flight (Ctrl-C again to abandon them)"
+        )
+
+    def on_second_signal(self) -> str:
+        self.abandon()
+        return "draftgen: abandoning the requests in flight"
+
     def _on_producer_done(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
             self.abandon()  # an unreadable input: the workers would wait forever
@@ -241,7 +249,7 @@ class LiveGeneration:
     async def produce(self) -> None:
         """Queue each row's turns that need requests, then one end mark per worker."""
         # Rows are admitted a list at a time: their ids are checked in one statement.
-        for items in _in_lists(read_suite(self.options.suite()), ROWS_PER_STATEMENT):
+        for items in _in_lists(read_suite(self.suite), ROWS_PER_STATEMENT):
             for plans in self.admit_rows(items):
                 if plans is None:
                     continue
@@ -488,6 +496,19 @@ class LiveGeneration:
         return rendering, prompt
 
 
+class Live:
+    """Live requests as a run's engine (``contract.Engine``)."""
+
+    async def generate(
+        self,
+        ctx: GenerationContext,
+        store: Store,
+        destination: Destination,
+        started: threading.Event | None = None,
+    ) -> RunProgress:
+        return await LiveGeneration(ctx, store, destination, started).run()
+
+
 def _in_lists(items: Iterator, size: int) -> Iterator[list]:
     """``items`` in lists of ``size`` (the last may be shorter); an error reading an item comes
     after the list of the items before it."""
@@ -504,47 +525,3 @@ def _in_lists(items: Iterator, size: int) -> Iterator[list]:
         raise
     if chunk:
         yield chunk
-
-
-class SignalStop:
-    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal or SSH session) during a live run: the
-    first stops sending and gives the requests in flight ``shutdown_grace`` seconds; a second,
-    or the grace's end, abandons them.
-
-    The one place the engine writes to stderr itself: the user pressed a key and waits for word.
-    """
-
-    # SIGHUP's default would end the process at once, losing the responses in flight.
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self, engine: LiveGeneration, loop: asyncio.AbstractEventLoop) -> None:
-        self.engine = engine
-        self.loop = loop
-
-    def install(self) -> None:
-        for signum in self.SIGNALS:
-            self.loop.add_signal_handler(signum, self.on_signal)
-
-    def remove(self) -> None:
-        for signum in self.SIGNALS:
-            self.loop.remove_signal_handler(signum)
-
-    def on_signal(self) -> None:
-        engine = self.engine
-        if engine.stop.is_set():
-            self.say("draftgen: abandoning the requests in flight")
-            engine.abandon()
-            return
-        engine.request_stop("interrupted")
-        if engine.producer is not None:
-            engine.producer.cancel()
-        grace = engine.options.shutdown_grace
-        self.say(
-            f"draftgen: stopping; waiting up to {grace:.0f} s for "
-            f"{engine.client.limiter.in_flight} requests in flight (Ctrl-C again to abandon them)"
-        )
-        self.loop.call_later(grace, engine.abandon)
-
-    @staticmethod
-    def say(text: str) -> None:
-        print(text, file=sys.stderr)

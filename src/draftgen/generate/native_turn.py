@@ -9,25 +9,14 @@ one a server's reasoning parser would make, at the profile's markers; no HTTP he
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from draftgen.backends.base import TokenPrompt  # the wire value: backends send it
 from draftgen.profiles import ModelProfile, split_reasoning
 from draftgen.records import Completion, Rendering
 from draftgen.tokens import tokenizer as tok
 from draftgen.tokens.rendering import ChatRenderer, tokenizer_profile
-
-
-@dataclass(frozen=True)
-class TokenPrompt:
-    """A prompt as ids, ready for a server that generates from ids."""
-
-    text: str
-    ids: list[int]
-    # The end-of-turn tokens: the server must stop there whatever eos its config names (Kimi's
-    # tokenizer says ``[EOS]`` while its turns end with ``<|im_end|>``; GLM's tool turns end
-    # with ``<|observation|>``, harmony's with ``<|call|>``).
-    stop_ids: list[int]
 
 
 class NativeTurns:

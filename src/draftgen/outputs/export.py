@@ -5,6 +5,11 @@ generated turn with ``input_ids`` and a ``loss_mask`` that is 1 exactly on the g
 ``parquet`` and ``hf`` hold the same rows plus ``seq_len`` (what vLLM speculators reads through
 ``datasets``); ``specforge-text`` is SpecForge's conversations JSONL, re-tokenized by its text path.
 
+``EXPORT_FORMATS`` is the one table of formats (the CLI's choices and help read it): adding one is
+adding an entry. Every export carries its provenance (``draftgen.outputs.provenance``): in the
+Parquet schema metadata, a ``<out>.meta.json`` sidecar beside a JSONL file, and the ``hf``
+dataset's card; the rows themselves are the formats' own, unchanged.
+
 numpy, pyarrow and the model profiles are imported by the functions that use them: the CLI imports
 this module (for ``FORMATS``) whatever the command.
 """
@@ -17,15 +22,22 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from draftgen.errors import DraftgenError
+from draftgen.outputs.provenance import (
+    METADATA_KEY,
+    dataset_card,
+    metadata_bytes,
+    provenance,
+    sidecar_path,
+)
 from draftgen.store.database import Store
 
-FORMATS = ("specforge", "specforge-text", "parquet", "hf")
 PARQUET_BATCH_ROWS = 1024
 # Every JSONL line: numpy arrays serialized from their buffer, and the newline written by orjson.
 JSONL_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
@@ -46,15 +58,17 @@ def export(
     An existing file at ``out`` is replaced only if it is an earlier export of this run
     (``is_export_of``) or ``force`` is given.
     """
-    if fmt not in FORMATS:
+    if fmt not in EXPORT_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    spec = EXPORT_FORMATS[fmt]
     out = Path(out)
-    if fmt != "hf" and out.is_dir():
+    one_file = spec.kind == "file"
+    if one_file and out.is_dir():
         raise ExportError(
             f"--out {out} is a directory and --format {fmt} writes one file: name the file, "
-            f"e.g. {out / ('train.parquet' if fmt == 'parquet' else 'train.jsonl')}"
+            f"e.g. {out / spec.example}"
         )
-    if fmt != "hf" and not force and out.exists() and not is_export_of(store, out, fmt):
+    if one_file and not force and out.exists() and not is_export_of(store, out, fmt):
         raise ExportError(
             f"--out {out} exists and is not an earlier export of this run: choose a new "
             "--out, or pass --force to replace it"
@@ -63,16 +77,9 @@ def export(
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create the directory of --out {out} ({exc.strerror})") from None
+    meta = provenance(store, fmt, include_unverified)
     with STOP_SIGNALS:
-        if fmt == "parquet":
-            return _atomic_file(out, lambda path: write_parquet(store, path, include_unverified))
-        if fmt == "hf":
-            return write_hf_dataset(store, out, include_unverified)
-        if fmt == "specforge-text":
-            rows = specforge_text_rows(store, include_unverified)
-        else:
-            rows = specforge_rows(store, include_unverified)
-        return _atomic_file(out, lambda path: _write_jsonl(rows, path))
+        return spec.write(store, out, include_unverified, meta)
 
 
 class StopSignals:
@@ -197,10 +204,11 @@ def parquet_schema():
     )
 
 
-def write_parquet(store: Store, path: Path, include_unverified: bool) -> int:
-    """One Parquet file, written a batch at a time so memory holds one batch, not the run."""
+def write_parquet(store: Store, path: Path, include_unverified: bool, meta: dict) -> int:
+    """One Parquet file, written a batch at a time so memory holds one batch, not the run;
+    ``meta`` (the provenance) in its schema metadata under ``draftgen``."""
     _, pq = _arrow()
-    schema = parquet_schema()
+    schema = parquet_schema().with_metadata({METADATA_KEY: metadata_bytes(meta)})
     written = 0
     with pq.ParquetWriter(str(path), schema) as writer:
         batch: list[dict] = []
@@ -247,8 +255,9 @@ def arrow_table(records: list[dict], schema):
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def write_hf_dataset(store: Store, out: Path, include_unverified: bool) -> int:
-    """A ``datasets.save_to_disk`` directory, swapped into place only once it is complete."""
+def write_hf_dataset(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
+    """A ``datasets.save_to_disk`` directory with its card (README.md: what the data is, how it
+    was made, ``meta``), swapped into place only once it is complete."""
     try:
         import datasets
     except ImportError:
@@ -263,12 +272,15 @@ def write_hf_dataset(store: Store, out: Path, include_unverified: bool) -> int:
     work = Path(tempfile.mkdtemp(prefix=".draftgen-hf-", dir=out.parent))
     try:
         parquet = work / "rows.parquet"
-        written = write_parquet(store, parquet, include_unverified)
+        written = write_parquet(store, parquet, include_unverified, meta)
         # cache_dir inside the work directory: nothing is left in ~/.cache afterwards.
         dataset = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(work / "cache"))
+        # datasets keeps no schema metadata of its own: the provenance goes in its info too.
+        dataset.info.description = metadata_bytes({**meta, "rows": written}).decode()
         staged = work / "dataset"
         dataset.save_to_disk(str(staged))
         del dataset
+        (staged / "README.md").write_text(dataset_card(meta, written), encoding="utf-8")
         old = work / "previous"
         with STOP_SIGNALS.swap():
             if out.exists():
@@ -340,26 +352,95 @@ def _write_jsonl(rows, path: Path) -> int:
     return written
 
 
-def _atomic_file(out: Path, write) -> int:
+def _atomic_file(out: Path, write, meta: dict | None = None) -> int:
+    """``write(path)`` into a work file that replaces ``out`` once complete; with ``meta``, the
+    sidecar ``<out>.meta.json`` (``meta`` and the rows written) too, put in place with it."""
     partial = out.with_name(out.name + ".partial")
+    sidecar = sidecar_path(out)
+    side_partial = sidecar.with_name(sidecar.name + ".partial")
+    work = (partial, side_partial) if meta is not None else (partial,)
     try:
         written = write(partial)
-        with open(partial, "rb+") as handle:
-            os.fsync(handle.fileno())
+        _fsync(partial)
+        if meta is not None:
+            side_partial.write_bytes(metadata_bytes({**meta, "rows": written}))
+            _fsync(side_partial)
         with STOP_SIGNALS.swap():
             os.replace(partial, out)
+            if meta is not None:
+                os.replace(side_partial, sidecar)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
-        if exc.filename not in (str(partial), str(out)):
+        for path in work:
+            path.unlink(missing_ok=True)
+        if exc.filename not in (*map(str, work), str(out), str(sidecar)):
             raise
         # The work file is ours, not the user's: the error names the path they gave.
         raise ExportError(
             f"cannot write --out {out} ({exc.strerror or exc.__class__.__name__})"
         ) from None
     except BaseException:
-        partial.unlink(missing_ok=True)
+        for path in work:
+            path.unlink(missing_ok=True)
         raise
     return written
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+# -- the formats ----------------------------------------------------------------------------------
+
+
+def _specforge(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
+    rows = specforge_rows(store, include_unverified)
+    return _atomic_file(out, lambda path: _write_jsonl(rows, path), meta)
+
+
+def _specforge_text(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
+    rows = specforge_text_rows(store, include_unverified)
+    return _atomic_file(out, lambda path: _write_jsonl(rows, path), meta)
+
+
+def _parquet(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
+    # The provenance is in the file: no sidecar.
+    return _atomic_file(out, lambda path: write_parquet(store, path, include_unverified, meta))
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format: what it writes and how, and its line of ``--format`` help."""
+
+    name: str
+    kind: str  # "file" or "directory" (what --out names)
+    example: str  # the file name suggested when --out is a directory and a file is wanted
+    # (store, out, include_unverified, provenance) -> rows written, atomically
+    write: Callable[[Store, Path, bool, dict], int]
+    help: str
+
+
+EXPORT_FORMATS: dict[str, ExportFormat] = {
+    spec.name: spec
+    for spec in (
+        ExportFormat("specforge", "file", "train.jsonl", _specforge, "pre-tokenized JSONL"),
+        ExportFormat(
+            "specforge-text", "file", "train.jsonl", _specforge_text, "conversations JSONL"
+        ),
+        ExportFormat("parquet", "file", "train.parquet", _parquet, "one Parquet file"),
+        ExportFormat("hf", "directory", "", write_hf_dataset, "a datasets.save_to_disk directory"),
+    )
+}
+FORMATS: tuple[str, ...] = tuple(EXPORT_FORMATS)  # the names, for choices
+DEFAULT_FORMAT = "specforge"
+
+
+def formats_help() -> str:
+    """``--format``'s help: each format's line, the default marked."""
+    return "; ".join(
+        f"{spec.name}: {spec.help}" + (" (default)" if spec.name == DEFAULT_FORMAT else "")
+        for spec in EXPORT_FORMATS.values()
+    )
 
 
 # An earlier export is recognised by its first row: this run's id and generation id among the

@@ -170,6 +170,8 @@ def build_report(store: Store) -> dict:
         "time": run_time(rows, failures, flow, counts["completion_tokens"]),
         "flagged": flagged(store, rows, failures),
         "sources": run_sources,
+        # What simulator answered (the store's marker), or None: the data is real.
+        "simulated": store.simulated(),
         "active_run": counts.get("active_run"),
         "totals": {
             "completions": counts["completions"],
@@ -970,11 +972,17 @@ def source_banner(report: dict) -> str:
             f'<p class="banner warn">Data source: {where}. These completions are synthetic: '
             "a dry run, not training data.</p>"
         )
-    if not sources:
+    if not sources and not report.get("simulated"):
         return note + '<p class="banner">Data source: not recorded.</p>'
     listed = ", ".join(
         f"{html.escape(s['endpoint'])} ({html.escape(s.get('server', 'unknown'))})" for s in sources
     )
+    if report.get("simulated"):  # resumed against a real server: part of it is synthetic
+        return note + (
+            f'<p class="banner warn">Data source: {listed or "not recorded"}. Part of these '
+            f"completions is synthetic (from the {html.escape(report['simulated'])}): a dry "
+            "run, not training data.</p>"
+        )
     return note + f'<p class="banner">Data source: {listed}.</p>'
 
 

@@ -1,9 +1,10 @@
 """Model profiles: the one place that knows each model family, one module per family.
 
 A family module holds everything about it: its ``ModelProfile`` (delimiters, end-of-turn,
-tool-call markup, template variables), its name aliases and its offline fixtures. Adding a family
-is adding a module and its entry in ``FAMILIES``. A profile is chosen from the tokenizer's
-vocabulary or chat encoder (``detect_profile``) or forced by name (``get_profile``).
+tool-call markup, template variables) and its name aliases; its offline test tokenizers are in
+``draftgen_testing.families``. Adding a family is adding a module and its entry in ``FAMILIES``.
+A profile is chosen from the tokenizer's vocabulary or chat encoder (``detect_profile``) or forced
+by name (``get_profile``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from draftgen.profiles.base import (
 )
 from draftgen.profiles.deepseek import DEEPSEEK_V3, DEEPSEEK_V32
 from draftgen.profiles.deepseek_v4 import DEEPSEEK_V4, DEEPSEEK_V4_1
-from draftgen.profiles.fixture import FixtureSpec
 from draftgen.profiles.generic import GENERIC, DerivedLayout
 from draftgen.profiles.glm import GLM
 from draftgen.profiles.gpt_oss import GPT_OSS
@@ -79,10 +79,6 @@ for _family in FAMILIES:
 DETECTION_ORDER: tuple[ModelProfile, ...] = tuple(
     profile for family in FAMILIES for profile in family.PROFILES if profile.detect_by_vocab
 )
-# Every family's offline test tokenizers, by fixture name.
-FIXTURES: dict[str, FixtureSpec] = {
-    name: spec for family in FAMILIES for name, spec in family.FIXTURES.items()
-}
 
 
 # The names ``--profile`` takes: every profile and alias, then the generic profile (the layout
@@ -161,7 +157,6 @@ __all__ = [
     "DETECTION_ORDER",
     "DSML_TOOL_CALLS",
     "FAMILIES",
-    "FIXTURES",
     "GLM",
     "GLM_TOOL_CALLS",
     "GPT_OSS",

@@ -1,7 +1,7 @@
 """What every model profile is: ``ModelProfile`` and the rules all families share.
 
-Each family's own knowledge (delimiters, tool-call markup, template variables, fixtures, the
-simulator's raw tool-call text) lives in its module beside this one; ``draftgen.profiles`` holds
+Each family's own knowledge (delimiters, tool-call markup, template variables, the simulator's
+raw tool-call text) lives in its module beside this one; ``draftgen.profiles`` holds
 the registry.
 """
 

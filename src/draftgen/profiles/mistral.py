@@ -23,7 +23,6 @@ The reasoning effort reaches mistral-common only for tokenizer versions that tak
 from __future__ import annotations
 
 from draftgen.profiles.base import ModelProfile
-from draftgen.profiles.fixture import MistralCommonFixture
 
 MISTRAL_V13_TOOL_CALLS = "mistral-v13"
 MISTRAL_V7_TOOL_CALLS = "mistral-v7"
@@ -88,29 +87,3 @@ MISTRAL = ModelProfile(
 # Magistral before Mistral: its markers are Mistral's and the think tokens.
 PROFILES = (MAGISTRAL, MISTRAL)
 ALIASES: dict[str, ModelProfile] = {"devstral": MISTRAL, "mistral-large": MISTRAL}
-
-# -- fixtures ----------------------------------------------------------------------------------
-
-# Magistral's special tokens after the 20 every tekken file starts with (rank -> text), as
-# Magistral-Small-2509's tekken.json has them; the other ranks below 1000 are <SPECIAL_i>.
-# mistral-common's pinned v13 test case (tests/data/expected/chat-v13-released-system-think)
-# encodes "<s>[SYSTEM_PROMPT][THINK]Hi[/THINK]..." as 1, 17, 34, 37133, 35: the same ids.
-MAGISTRAL_SPECIAL_TOKENS = {32: "[ARGS]", 33: "[CALL_ID]", 34: "[THINK]", 35: "[/THINK]"}
-
-FIXTURES = {
-    # tekken_240911.json's ranks (Pixtral-12B-2409's, Mistral-Nemo's tekken) as a v13 tokenizer.
-    "magistral": MistralCommonFixture(
-        source="tekken_240911.json",
-        target="tekken.json",
-        version="v13",
-        special_tokens=MAGISTRAL_SPECIAL_TOKENS,
-    ),
-    # The same ranks as a v7 tokenizer, Devstral-Small-2505's and Mistral-Small-3.1's version:
-    # the 20 specials every tekken file starts with ([SYSTEM_PROMPT] 17), no think tokens. (The
-    # package's SentencePiece v7 file, Mistral-Large-2411's, needs sentencepiece, not installed.)
-    "devstral": MistralCommonFixture(
-        source="tekken_240911.json",
-        target="tekken.json",
-        version="v7",
-    ),
-}

@@ -19,29 +19,17 @@ from draftgen.errors import DraftgenError
 from draftgen.inputs.ingest import Rejection
 from draftgen.inputs.mix import MixError, read_suite
 from draftgen.inputs.plan import build_messages, original_answers, plan_turns
-from draftgen.run.pipeline import (
-    RunError,
-    RunOptions,
-    check_base_url,
-    generation_settings,
-    run,
-)
+from draftgen.options import EstimateOptions
+from draftgen.records import GenerationSettings
+from draftgen.run.context import generation_settings
+from draftgen.run.pipeline import RunError, RunOptions, check_base_url, run
 from draftgen.store.database import Store
 from draftgen.tokens import tokenizer as tok
-from draftgen.tokens.rendering import ChatRenderer, request_variables, tokenizer_profile
+from draftgen.tokens.rendering import ChatRenderer, request_variables, resolve_profile
 
 
 class EstimateError(DraftgenError, RuntimeError):
     """An estimate that cannot be made as asked; the message says what to pass."""
-
-
-@dataclass
-class EstimateOptions(RunOptions):
-    out: Path | None = None  # unused: a pilot runs in a scratch directory of its own
-    pilot: int = 0  # prompts sent first to measure output length and speed
-    price_in: float | None = None  # USD per million prompt tokens
-    price_out: float | None = None  # USD per million completion tokens
-    tokens_per_second: float = 30.0  # one request's output speed, when no pilot measured it
 
 
 @dataclass
@@ -80,10 +68,16 @@ class Estimate:
         return asdict(self)
 
 
-async def estimate(options: EstimateOptions) -> Estimate:
-    """Count, price and time the run ``options`` describes (a pilot sends ``pilot`` prompts)."""
+async def estimate(options: RunOptions) -> Estimate:
+    """Count, price and time the run ``options`` describes: ``EstimateOptions`` (a pilot sends
+    ``pilot`` prompts, prices may be given), or a run's own ``RunOptions``."""
+    if not isinstance(options, EstimateOptions):
+        options = EstimateOptions(**_run_fields(options))
+    # The pilot and the price listing go to the first endpoint of a fleet.
+    urls = options.base_url or [spec.url for spec in options.endpoints or []] or None
+    options = replace(options, base_url=urls, endpoints=None)
     try:
-        generation_settings(options)  # the run's own checks of the sampling settings
+        settings = generation_settings(options)  # the run's own checks of the sampling settings
         suite = options.suite()
         suite.check()
     except (RunError, MixError) as exc:
@@ -91,7 +85,7 @@ async def estimate(options: EstimateOptions) -> Estimate:
     for url in _urls(options.base_url):
         check_base_url(url, options.allow_insecure_http)
     result = Estimate(concurrency=options.concurrency)
-    count_prompts(options, result)
+    count_prompts(options, settings, result)
     if options.pilot > 0:
         await run_pilot(options, result)
     elif options.max_tokens is not None:
@@ -105,19 +99,23 @@ async def estimate(options: EstimateOptions) -> Estimate:
         )
     await find_prices(options, result)
     _price_and_time(options, result)
+    if options.max_cost is not None and (result.cost_high or 0) > options.max_cost:
+        result.notes.append(
+            f"the cost may pass --max-cost {options.max_cost:g}: the run would stop there"
+        )
     return result
 
 
-def count_prompts(options: RunOptions, result: Estimate) -> None:
+def count_prompts(options: RunOptions, settings: GenerationSettings, result: Estimate) -> None:
     """Prompt tokens of every turn the run regenerates, rendered as the run renders them.
 
     Later turns of a conversation follow answers not generated yet; the row's own answers
     stand in for them, so multi-turn totals are close rather than exact.
     """
     tokenizer = tok.load_tokenizer(options.tokenizer)
-    profile = tokenizer_profile(options.tokenizer, options.profile)
+    profile = resolve_profile(tokenizer, options.profile)
     renderer = ChatRenderer(tokenizer, profile)
-    variables = request_variables(generation_settings(options), profile)
+    variables = request_variables(settings, profile)
     multi_turn = False
     for item in read_suite(options.suite()):
         result.rows += 1
@@ -155,7 +153,10 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
     """Send ``pilot`` prompts through a real run in a scratch directory and measure them."""
     with tempfile.TemporaryDirectory(prefix="draftgen-estimate-") as scratch:
         limit = options.pilot if options.limit is None else min(options.pilot, options.limit)
-        pilot_options = replace(options, out=Path(scratch), limit=limit, samples=1)
+        # A pilot is live and whole: the flags about how a run proceeds are not its.
+        pilot_options = replace(
+            options, out=Path(scratch), limit=limit, samples=1, batch=False, shard=None
+        )
         summary = await run(_as_run_options(pilot_options))
         with Store(Path(scratch), create=False) as store:
             rows = [
@@ -201,8 +202,11 @@ def _urls(base_url: str | list[str] | None) -> list[str]:
 
 
 def _as_run_options(options: EstimateOptions) -> RunOptions:
-    fields = {name: getattr(options, name) for name in RunOptions.__dataclass_fields__}
-    return RunOptions(**fields)
+    return RunOptions(**_run_fields(options))
+
+
+def _run_fields(options: RunOptions) -> dict:
+    return {name: getattr(options, name) for name in RunOptions.__dataclass_fields__}
 
 
 async def find_prices(options: EstimateOptions, result: Estimate) -> None:
@@ -257,63 +261,3 @@ def _price_and_time(options: EstimateOptions, result: Estimate) -> None:
         rate = result.tokens_per_second * options.concurrency
         result.seconds_low = (result.output_low or 0) / rate
         result.seconds_high = result.output_high / rate
-
-
-def format_estimate(result: Estimate) -> str:
-    lines = [
-        f"rows {result.rows} ({result.rejected} rejected), turns {result.turns}, "
-        f"requests {result.requests}",
-        f"  prompt tokens      {result.prompt_tokens}",
-    ]
-    if result.output_high is not None:
-        lines.append(
-            f"  completion tokens  {result.output_low}..{result.output_high} "
-            f"(from {result.output_source})"
-        )
-    else:
-        lines.append("  completion tokens  unknown")
-    if result.price_in is not None:
-        lines.append(
-            f"  price              ${result.price_in * 1e6:.4g} / ${result.price_out * 1e6:.4g} "
-            f"per million prompt / completion tokens (from {result.price_source})"
-        )
-    if result.batch_price_in is not None:
-        lines.append(
-            f"  batch price        ${result.batch_price_in * 1e6:.4g} / "
-            f"${result.batch_price_out * 1e6:.4g} per million (the :batch entry, "
-            f"from {result.batch_price_source})"
-        )
-    if result.cost_low is not None:
-        high = f"${result.cost_high:.2f}" if result.cost_high is not None else "unknown"
-        lines.append(f"  cost               ${result.cost_low:.2f} .. {high}")
-    if result.batch_cost_low is not None:
-        high = f"${result.batch_cost_high:.2f}" if result.batch_cost_high is not None else "?"
-        lines.append(
-            f"  cost with --batch  ${result.batch_cost_low:.2f} .. {high}, in "
-            f"{result.batch_rounds} batch round{'s' if result.batch_rounds != 1 else ''} (a "
-            "conversation advances one turn per round; each round takes the batch's own time)"
-        )
-    if result.seconds_high is not None:
-        lines.append(
-            f"  time               {_duration(result.seconds_low)} .. "
-            f"{_duration(result.seconds_high)} at {result.concurrency} in flight, "
-            f"{result.tokens_per_second:.1f} tokens/s each"
-        )
-    if result.pilot:
-        lines.append(
-            f"  pilot              {result.pilot['completions']} completions, mean "
-            f"{result.pilot['mean_completion_tokens']:.0f} tokens, cost "
-            f"${result.pilot['cost']:.4f}"
-        )
-    lines.extend(f"  note: {note}" for note in result.notes)
-    return "\n".join(lines)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

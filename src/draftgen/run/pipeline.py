@@ -1,8 +1,8 @@
 """The run: ingest -> plan -> generate -> store, then reconstruct -> verify, resumable at any point.
 
 A resume plans everything again from the inputs, finds each turn's key in the store and requests
-only what is missing, so nothing stored is bought twice. The live requests are the engine's
-(``engine.LiveGeneration``), batch mode's are ``batch.generate_batch``'s.
+only what is missing, so nothing stored is bought twice. The options are resolved once into a
+``RunContext``; the requests are the engine's (``generate.contract.Engine``: live or batch).
 """
 
 from __future__ import annotations
@@ -11,109 +11,30 @@ import contextlib
 import ipaddress
 import logging
 import os
-import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 import orjson
 
-from draftgen.backends import Backend, SettingsError, UnknownBackendError, get_backend
-from draftgen.generate.client import default_response_bytes
-from draftgen.generate.endpoints import EndpointSpec, HealthPolicy, endpoint_label, endpoint_specs
-from draftgen.generate.engine import LiveGeneration
+from draftgen.generate.contract import Destination, Engine
+from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_specs
+from draftgen.generate.engine import Live
 from draftgen.generate.errors import RunError
 from draftgen.generate.progress import RunProgress
 from draftgen.inputs.ingest import Rejection
-from draftgen.inputs.mix import DatasetSpec, MixError, Suite, count_suite, read_suite
+from draftgen.inputs.mix import MixError, read_suite
 from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
-from draftgen.profiles import ModelProfile
+from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
+from draftgen.profiles import DERIVED_LAYOUT
 from draftgen.reconstruct.background import BackgroundReconstruction
-from draftgen.records import GenerationSettings
+from draftgen.run.context import RunContext
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
-from draftgen.store.database import REJECTED_NAME, Store, StoreError
-from draftgen.tokens.rendering import tokenizer_profile
+from draftgen.store.database import REJECTED_NAME, Store
 from draftgen.tokens.tokenizer import tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
-
-
-@dataclass
-class RunOptions:
-    inputs: list[str]
-    model: str
-    tokenizer: str
-    out: Path
-    base_url: str | list[str] | None = None  # None: the built-in simulator; a list: several
-    api_key_env: str = "OPENROUTER_API_KEY"
-    concurrency: int = 64
-    stream: bool = True
-    max_tokens: int | None = None
-    profile: str | None = None
-    idle_timeout: float = 300.0  # seconds a stream may send no data event (0: no limit)
-    # Seconds one attempt may take in all (0: no limit): what ends a trickle that never falls
-    # idle. Generous, since an attempt cut short is still billed: a 32k-token answer at ~10
-    # tokens a second takes 55 minutes.
-    attempt_timeout: float = 3600.0
-    # Bytes one response may send, body or stream; None: client.default_response_bytes of
-    # max_tokens (16 MiB + 1 KiB per token; 64 MiB without max_tokens).
-    max_response_bytes: int | None = None
-    max_attempts: int = 8
-    retry_base_delay: float = 0.5
-    allow_insecure_http: bool = False
-    progress_interval: float = 10.0
-    max_cost: float | None = None  # dollars (credits) for the whole run directory
-    max_retries: int | None = 20_000  # retries across the run, all requests together
-    shutdown_grace: float = 30.0  # seconds in-flight responses get after Ctrl-C
-    backend: str = "openrouter"  # wire format: openrouter (text) | vllm | sglang (server ids)
-    logprobs: bool = False  # ask for logprobs: token bytes that give content ids exactly
-    # Several datasets mixed into one run (draftgen.inputs.mix); None: ``inputs`` read in turn.
-    datasets: list[DatasetSpec] | None = None
-    limit: int | None = None  # rows taken from all inputs together, shared by weight
-    samples: int = 1  # completions per turn, each stored as its own sample
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    reasoning_effort: str | None = None  # OpenRouter reasoning.effort
-    reasoning_max_tokens: int | None = None  # OpenRouter reasoning.max_tokens (not with effort)
-    provider: dict | None = None  # OpenRouter provider routing ([openrouter.provider])
-    # Template variables (--chat-template-kwargs, [chat_template_kwargs]): sent to vLLM/SGLang
-    # and used to render every prompt locally.
-    chat_template_kwargs: dict | None = None
-    # Several endpoints ([[backend.endpoints]]: url, optional concurrency); not with base_url.
-    endpoints: list[EndpointSpec] | None = None
-    endpoint_concurrency: int | None = None  # in-flight cap per endpoint (None: share the total)
-    endpoint_health: HealthPolicy | None = None  # ejection and probing (None: the defaults)
-    # ingest.INPUT_FORMATS; also the format of [[datasets]] that name none. None: "auto".
-    input_format: str | None = None
-    shard: Shard | None = None  # run only this part of the rows (draftgen.inputs.shard); None: all
-    # Batch mode (draftgen.generate.batch, [batch] in draftgen.toml): the same plan and store,
-    # generated through a batch API at the batch price instead of live requests.
-    batch: bool = False
-    batch_dialect: str = "openrouter"  # openrouter (inline requests) | openai-files (JSONL)
-    batch_url: str | None = None  # the batch API's root (None: the --base-url)
-    batch_model: str | None = None  # the model named in each create (None: --model)
-    batch_size: int | None = None  # rows per batch (None: the dialect's limit)
-    batch_detach: bool = False  # submit what is ready and exit; the same command collects
-    batch_poll: float = 5.0  # first seconds between polls, growing to 60
-    batch_retries: int = 3  # sends again of a row whose batch failed, expired, was cancelled
-    batch_grace: float = 120.0  # seconds a lost create may stay unseen before it counts absent
-
-    def suite(self) -> Suite:
-        """The prompts this run reads: ``datasets`` if given, else the ``inputs`` files."""
-        given = None if self.input_format in (None, "auto") else self.input_format
-        if self.datasets:
-            specs = (
-                replace(spec, format=given) if spec.format is None and given else spec
-                for spec in self.datasets
-            )
-            return Suite(tuple(specs), self.limit)
-        return Suite.from_inputs(self.inputs, self.limit, format=given)
-
-    def response_byte_cap(self) -> int:
-        """Bytes one response may send: ``max_response_bytes``, else derived from max_tokens."""
-        return self.max_response_bytes or default_response_bytes(self.max_tokens)
 
 
 @dataclass
@@ -138,17 +59,21 @@ def check_base_url(url: str, allow_insecure_http: bool) -> None:
 
 def run_endpoints(options: RunOptions) -> list[EndpointSpec] | None:
     """The endpoints a run sends to (``base_url``, one or a list, or ``endpoints``), checked;
-    None for the built-in simulator."""
+    None for the built-in simulator (``simulate``), which is chosen, never the default."""
     if options.endpoints and options.base_url:
         raise RunError(
             "--base-url and [[backend.endpoints]] both name endpoints; list them in one place"
         )
+    if options.simulate and (options.endpoints or options.base_url):
+        raise RunError(SIMULATE_AND_ENDPOINT)
+    if options.simulate:
+        return None
     if options.endpoints:
         specs = list(options.endpoints)
     elif options.base_url:
         specs = endpoint_specs(options.base_url)
     else:
-        return None
+        raise RunError(NO_ENDPOINT)
     seen: set[str] = set()
     for spec in specs:
         label = endpoint_label(spec.url)
@@ -169,40 +94,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def count_rows(inputs: list[str] | Suite) -> int:
-    """Rows the run reads (conversations and rejected rows): what the suite's mix yields."""
-    suite = inputs if isinstance(inputs, Suite) else Suite.from_inputs(inputs)
-    try:
-        return count_suite(suite)
-    except MixError as exc:
-        raise RunError(str(exc)) from None
-
-
-def generation_settings(options: RunOptions) -> GenerationSettings:
-    """What each request asks of the model, checked; a resume must ask the same."""
-    if options.reasoning_effort is not None and options.reasoning_max_tokens is not None:
-        raise RunError(
-            "--reasoning-effort and --reasoning-max-tokens exclude each other (OpenRouter takes "
-            "one of them); drop one"
-        )
-    try:
-        # The backend says which of its request fields the run's options fill (reasoning,
-        # provider routing, template variables) and refuses those its server does not take.
-        fields = resolve_backend(options.backend).settings(options)
-    except SettingsError as exc:
-        raise RunError(str(exc)) from None
-    if options.samples < 1:
-        raise RunError(f"--completions-per-turn {options.samples} must be at least 1")
-    return GenerationSettings(
-        model=options.model,
-        max_tokens=options.max_tokens,
-        temperature=options.temperature,
-        top_p=options.top_p,
-        seed=options.seed,
-        **fields,
-    )
 
 
 def check_shard(store: Store, shard: Shard | None, out: Path) -> None:
@@ -227,25 +118,22 @@ SOURCES = "sources"  # store meta: JSON list of the endpoints (or simulator) tha
 
 
 async def before_first_request(
-    options: RunOptions,
-    store: Store,
-    base_url: str | list[EndpointSpec],
-    api_key: str | None,
-    simulator=None,
+    ctx: RunContext, store: Store, destination: Destination, simulator=None
 ) -> PlanCount:
     """Probe every endpoint, then count the plan: an endpoint that cannot be reached or refuses
     the key, a model it lacks, or an input with nothing to answer stops the run here, in
     seconds and before any request (``simulator``, if given, is closed then)."""
+    options = ctx.options
     try:
         probed = await probe_endpoints(
-            base_url,
-            api_key,
+            destination.base_url,
+            destination.api_key,
             options.model,
-            resolve_backend(options.backend).dialect,
+            ctx.backend.dialect,
             key_variable=options.api_key_env,
             simulated=simulator is not None,
         )
-        planned = plan_run(options)
+        planned = plan_run(ctx)
     except BaseException as exc:
         if simulator is not None:
             await simulator.close()
@@ -253,8 +141,10 @@ async def before_first_request(
             raise RunError(str(exc)) from None
         raise
     store.set_meta(SOURCES, _merged_sources(store.meta(SOURCES), probed, simulator is not None))
+    if simulator is not None:
+        store.mark_simulated()  # status, the report and every export say the data is synthetic
     where = (
-        "the built-in simulator on loopback: the data is synthetic (no --base-url given)"
+        "the built-in simulator on loopback: the data is synthetic (--simulate)"
         if simulator is not None
         else ", ".join(f"{r.endpoint} ({r.server}: {r.checked})" for r in probed)
     )
@@ -263,9 +153,10 @@ async def before_first_request(
     return planned
 
 
-def plan_run(options: RunOptions) -> PlanCount:
+def plan_run(ctx: RunContext) -> PlanCount:
     """Count what the run will ask for, reading the inputs once, and list the rejected rows in
     ``RUN_DIR/rejected.jsonl``; a RunError if no row has anything to answer."""
+    options = ctx.options
     first: list[Rejection] = []
 
     def reject(rejection: Rejection) -> None:
@@ -275,12 +166,12 @@ def plan_run(options: RunOptions) -> PlanCount:
 
     try:
         with open(options.out / REJECTED_NAME, "wb") as rejected:
-            rows = read_suite(options.suite())
+            rows = read_suite(ctx.suite)
             planned = count_plan(rows, options.samples, options.shard, reject)
     except MixError as exc:
         raise RunError(str(exc)) from None
     if planned.rows == 0:
-        inputs = ", ".join(str(s.path) for s in options.suite().datasets)
+        inputs = ", ".join(str(s.path) for s in ctx.suite.datasets)
         raise RunError(f"nothing to generate: the input holds no rows ({inputs})")
     if planned.answerable == 0:
         example = (
@@ -331,72 +222,59 @@ def _merged_sources(recorded: str | None, probed: list[ProbeResult], builtin: bo
 
 
 async def run(options: RunOptions) -> RunSummary:
-    for path in options.inputs if not options.datasets else ():
-        if not os.path.isfile(path):
-            raise RunError(f"--input {path} does not exist or is not a file")
-    try:
-        options.suite().check()
-    except MixError as exc:
-        raise RunError(str(exc)) from None
-    settings = generation_settings(options)
-    if options.batch:  # refused before anything is recorded in the run directory
-        from draftgen.generate.batch.generate import check_batch_options
-
-        check_batch_options(options, settings)
-    answer_chars = (options.max_tokens or TYPICAL_ANSWER_TOKENS) * 4
-    expected_chars = count_rows(options.suite()) * options.samples * answer_chars
+    ctx = RunContext.build(options)
     reconstruction = BackgroundReconstruction(
-        options.out, options.tokenizer, options.profile, expected_chars
+        options.out, options.tokenizer, options.profile, ctx.expected_chars
     )
     try:
-        return await _run(options, settings, reconstruction)
+        return await _run(ctx, reconstruction)
     finally:
         reconstruction.cancel()  # a run that stopped before its first request
 
 
-async def _run(
-    options: RunOptions, settings: GenerationSettings, reconstruction: BackgroundReconstruction
-) -> RunSummary:
+async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> RunSummary:
     """``run`` once its reconstruction is on its way."""
-    profile = run_profile(options)
+    options = ctx.options
+    # The tokenizer is loaded here, before the first request, which is rendered with it: a bad
+    # tokenizer stops the run at once.
+    profile = ctx.profile
     # Locked against other runs, its files checked, what a lost store or a full disk left taken
     # back; closing the store lets go of the lock.
     store = Store.open_run(options.out)
     try:
         check_shard(store, options.shard, options.out)
-        store.check_settings(settings.as_dict())
+        store.check_settings(ctx.settings.as_dict())
         store.check_identity(TOKENIZER_DIGEST, tokenizer_digest(options.tokenizer), "tokenizer")
         simulator = None
         base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
         if base_url is None:
-            simulator = await _start_embedded_simulator(options)
+            simulator = await _start_embedded_simulator(ctx)
             # Any bearer token passes; not a word that log redaction would then mask everywhere.
             base_url, api_key = simulator.base_url, "draftgen-embedded-simulator-key"
         else:
             for spec in base_url:
                 check_base_url(spec.url, options.allow_insecure_http)
-            if not api_key and resolve_backend(options.backend).needs_api_key:
+            if not api_key and ctx.backend.needs_api_key:
                 raise RunError(
                     f"environment variable {options.api_key_env} is not set; export your API key "
                     "in it or name another one with --api-key-env"
                 )
-        await before_first_request(options, store, base_url, api_key, simulator)
+        destination = Destination(base_url, api_key)
+        await before_first_request(ctx, store, destination, simulator)
         store.set_meta("tokenizer", options.tokenizer)
         store.set_meta("profile", profile.name)
         if options.profile is None:
             store.set_meta(DETECTED_PROFILE, profile.name)
+        if profile.derived is not None:
+            # The generic profile: a resume, an export and status read the layout kept here.
+            store.set_meta(DERIVED_LAYOUT, orjson.dumps(profile.derived.to_json()).decode())
+            _log.info(
+                "layout derived from the chat template (profile generic): %s",
+                "; ".join(profile.derived.describe()),
+            )
         try:
-            generate = _generate
-            if options.batch:  # the one place batch mode plugs in: the generation step
-                from draftgen.generate.batch import generate_batch as generate
-            progress = await generate(
-                options,
-                store,
-                settings,
-                profile,
-                base_url,
-                api_key,
-                reconstruction.generation_started,
+            progress = await choose_engine(options).generate(
+                ctx, store, destination, reconstruction.generation_started
             )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -414,31 +292,29 @@ async def _run(
         store.close()
 
 
-# What a reasoning answer runs to when the run sets no --max-tokens (about 4 characters a token):
-# how much a run will encode, which decides how it is reconstructed.
-TYPICAL_ANSWER_TOKENS = 2000
+def choose_engine(options: RunOptions) -> Engine:
+    """The one place batch mode plugs in: the engine that generates (live, or batches)."""
+    if options.batch:
+        from draftgen.generate.batch import Batch
+
+        return Batch()
+    return Live()
+
+
 DETECTED_PROFILE = "detected_profile"  # store meta: the profile detected for meta "tokenizer"
 TOKENIZER_DIGEST = "tokenizer_digest"  # store meta: tokenizer files and chat template, hashed
 
 
-def run_profile(options: RunOptions) -> ModelProfile:
-    """The run's model profile: ``options.profile``, or the one the tokenizer shows.
-
-    The tokenizer is loaded here, before the first request, which is rendered with it: a bad
-    tokenizer stops the run at once.
-    """
-    return tokenizer_profile(options.tokenizer, options.profile)
-
-
-async def _start_embedded_simulator(options: RunOptions):
+async def _start_embedded_simulator(ctx: RunContext):
     from draftgen.simulator import SimConfig, start_simulator
 
+    options = ctx.options
     config = SimConfig(
         tokenizer=options.tokenizer,
         profile=options.profile,
         faults={"rate_limit": 0.02, "server_error": 0.02, "drop": 0.01, "empty": 0.02},
         quirks={"drift": 0.03, "leak_eot": 0.05, "no_split": 0.05, "strip_whitespace": 0.02},
-        dialect=resolve_backend(options.backend).dialect,
+        dialect=ctx.backend.dialect,
         batch_faults=EMBEDDED_BATCH_FAULTS if options.batch else {},
     )
     return await start_simulator(config)
@@ -447,35 +323,3 @@ async def _start_embedded_simulator(options: RunOptions):
 # Batch faults of the built-in simulator under --batch: every path of draftgen.generate.batch
 # is taken.
 EMBEDDED_BATCH_FAULTS = {"create_5xx": 0.05, "row_error": 0.02, "expire": 0.05, "get_5xx": 0.02}
-
-
-def resolve_backend(name: str) -> Backend:
-    try:
-        return get_backend(name)
-    except UnknownBackendError as exc:
-        raise RunError(str(exc)) from None
-
-
-async def _generate(
-    options: RunOptions,
-    store: Store,
-    settings: GenerationSettings,
-    profile: ModelProfile,
-    base_url: str | list[EndpointSpec],
-    api_key: str,
-    started: threading.Event | None = None,
-) -> RunProgress:
-    """Generate every missing turn live (``engine.LiveGeneration``); ``started`` is set as the
-    first request is sent. Batch mode's counterpart is ``batch.generate_batch``."""
-    total_rows = count_rows(options.suite())
-    engine = LiveGeneration(
-        options, store, settings, profile, base_url, api_key, started, total_rows=total_rows
-    )
-    return await engine.run()
-
-
-def open_existing(run_dir: Path) -> Store:
-    try:
-        return Store(run_dir, create=False)
-    except StoreError as exc:
-        raise RunError(str(exc)) from None

@@ -4,14 +4,15 @@ A few short GETs per endpoint, all endpoints at once, so a wrong URL, a dead ser
 key stops a run in seconds with one sentence, instead of minutes of retries. An endpoint that
 dies later in the run is what the retry and ejection logic (``draftgen.generate.endpoints``) is for.
 
-What is asked depends on the server family the backend speaks to (``Backend.dialect``):
+What is asked is what the backends of the server family (``Backend.dialect``) declare as their
+``probe`` (``draftgen.backends``), one of ``PROBE_CHECKS``:
 
 - ``openrouter``: ``GET /key`` (401/403: the key is refused; 404: not OpenRouter itself, so
   ``GET /models`` stands in), then ``GET /models/{author}/{slug}/endpoints`` (404: no such model).
-- ``vllm``: ``GET /models``; vLLM answers only the names it serves (``owned_by: "vllm"``), so a
-  model missing from that listing would fail every request.
-- ``sglang``: ``GET /models`` for reachability and the key; SGLang serves its one model whatever
-  name a request gives, so the name is not checked.
+- ``listed-models`` (vLLM): ``GET /models``; vLLM answers only the names it serves (``owned_by:
+  "vllm"``), so a model missing from that listing would fail every request.
+- ``reachable`` (SGLang): ``GET /models`` for reachability and the key; SGLang serves its one
+  model whatever name a request gives, so the name is not checked.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
+from draftgen.backends import probe_of
 from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_specs
 from draftgen.logs import add_secret
 from draftgen.redact import redact
@@ -111,7 +113,7 @@ class _Checker:
         label = endpoint_label(spec.url)
         try:
             async with asyncio.timeout(self.timeout):
-                checks = SERVER_CHECKS.get(self.dialect, _Checker._self_hosted)
+                checks = PROBE_CHECKS[probe_of(self.dialect)]
                 return await checks(self, session, base, label)
         except TimeoutError:
             raise ProbeError(
@@ -231,10 +233,11 @@ class _Checker:
         return ProbeResult(label, "vllm", "reachable, key accepted, model listed")
 
 
-# The checks of each server family (``Backend.dialect``); any other gets ``_self_hosted``.
-SERVER_CHECKS: dict[str, Callable[..., Awaitable[ProbeResult]]] = {
+# The checks a backend may name as its ``probe`` (``draftgen.backends.Backend.probe``).
+PROBE_CHECKS: dict[str, Callable[..., Awaitable[ProbeResult]]] = {
     "openrouter": _Checker._openrouter,
-    "vllm": partial(_Checker._self_hosted, serves_listed_only=True),
+    "listed-models": partial(_Checker._self_hosted, serves_listed_only=True),
+    "reachable": _Checker._self_hosted,
 }
 
 

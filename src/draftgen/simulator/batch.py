@@ -12,16 +12,13 @@ import base64
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
 
 from draftgen.simulator import wire
 from draftgen.simulator.config import BATCH_FAULTS
-
-if TYPE_CHECKING:
-    from draftgen.simulator.server import Simulator
+from draftgen.simulator.exchange import Host
 
 OPENROUTER_PREFIXES = ("/api/v1", "/api/beta")  # GA and beta roots of /batches
 OPENAI_PREFIX = "/v1"  # /v1/files and /v1/batches, as OpenAI lays them out
@@ -80,7 +77,7 @@ class SimBatch:
 class BatchSimulator:
     """Batches of one simulator, served in both dialects on its app."""
 
-    def __init__(self, simulator: Simulator) -> None:
+    def __init__(self, simulator: Host) -> None:
         self.sim = simulator
         self.config = simulator.config
         self.batches: dict[str, SimBatch] = {}

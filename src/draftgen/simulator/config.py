@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftgen.backends import all_backends, server_families
 from draftgen.errors import DraftgenError
 
 # Request-level failures, each with the wire shape documented in REFERENCE.md §2.
@@ -75,14 +76,18 @@ BATCH_FAULTS: tuple[str, ...] = (
     "results_5xx",  # a results page (or file content) answers HTTP 500
     "get_5xx",  # a batch lookup or listing answers HTTP 502
 )
-# The batch wire formats: OpenRouter's inline requests (/api/v1/batches, /api/beta/batches) and
-# OpenAI's uploaded JSONL files (/v1/files, /v1/batches).
-BATCH_DIALECTS: tuple[str, ...] = ("openrouter", "openai-files")
+# The batch wire formats the backends declare (``Backend.batch_dialects``): OpenRouter's inline
+# requests (/api/v1/batches, /api/beta/batches) and OpenAI's uploaded JSONL files (/v1/files,
+# /v1/batches).
+BATCH_DIALECTS: tuple[str, ...] = tuple(
+    dict.fromkeys(name for backend in all_backends() for name in backend.batch_dialects)
+)
 
-# Wire formats the simulator answers in: OpenRouter (text only), or a self-hosted server that
-# returns the generated ids (vLLM ``return_token_ids``; SGLang ``return_prompt_token_ids`` +
-# ``return_meta_info``, non-streaming only).
-DIALECTS: tuple[str, ...] = ("openrouter", "vllm", "sglang")
+# Wire formats the simulator answers in, the server families of the backends (``Backend.server``):
+# OpenRouter (text only), or a self-hosted server that returns the generated ids (vLLM
+# ``return_token_ids``; SGLang ``return_prompt_token_ids`` + ``return_meta_info``, non-streaming
+# only, and its native /generate).
+DIALECTS: tuple[str, ...] = server_families()
 
 # Quirks after which the generated ids cannot be rebuilt exactly from the delivered text.
 INEXACT_QUIRKS: frozenset[str] = frozenset(

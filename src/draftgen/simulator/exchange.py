@@ -1,13 +1,25 @@
 """What every route of the simulator shares: a request as it was read, its rendered prompt, the
-seeded randomness that makes a run repeatable, and cutting a connection short."""
+seeded randomness that makes a run repeatable, cutting a connection short, and ``Host``: what the
+batch and ``/generate`` routes use of the simulator they are mounted on.
+
+``Host`` is why those routes need not import ``server`` (which mounts them): the server depends
+on its routes, never the reverse.
+"""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiohttp import web
+
+from draftgen.profiles import ModelProfile
+from draftgen.simulator import wire
+from draftgen.simulator.config import SimConfig
+from draftgen.simulator.model import ModelOutput, TokenTable
 
 
 class RequestProblem(ValueError):
@@ -56,3 +68,56 @@ def close_connection(request: web.Request) -> None:
     transport = request.transport
     if transport is not None:
         transport.close()
+
+
+@dataclass
+class Served:
+    """One response in preparation: its ids, head fields and (for successes) ground truth."""
+
+    generation_id: str
+    head: dict
+    output: ModelOutput | None = None
+    delivery: wire.Delivery | None = None
+    usage: dict | None = None
+
+
+class Host(Protocol):
+    """What a route mounted on the simulator (``Simulator.app``) uses of it: its settings,
+    model and counters, its decisions (faults, quirks), and its ground-truth record."""
+
+    config: SimConfig
+    tokenizer: Any
+    profile: ModelProfile
+    table: TokenTable
+    stats: collections.Counter
+    attempts: collections.Counter
+    models_seen: dict[str, None]
+    _valid_requests: int
+
+    def chat_request(self, body: Any) -> ChatRequest: ...
+
+    def choose_fault(self, req: ChatRequest) -> str | None: ...
+
+    def draw_quirks(self, req: ChatRequest) -> set[str]: ...
+
+    def success(self, req: ChatRequest, head: dict, generation_id: str) -> Served: ...
+
+    def partial(self, req: ChatRequest, head: dict, generation_id: str) -> Served: ...
+
+    def record(self, served: Served, req: ChatRequest, extra: dict | None = None) -> dict: ...
+
+    def _parse(self, body: Any) -> tuple[dict, str | None]: ...
+
+    def _authorized(self, request: web.Request) -> bool: ...
+
+    def _unauthorized(self) -> web.Response: ...
+
+    def _status_fault(self, fault: str | None) -> web.Response | None: ...
+
+    def _add_ids(self, body: dict, req: ChatRequest, served: Served) -> None: ...
+
+    async def _send(
+        self, resp: web.StreamResponse, events: list[bytes], rng: random.Random
+    ) -> None: ...
+
+    async def _stall(self, request: web.Request) -> None: ...

@@ -16,7 +16,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -24,6 +23,7 @@ from aiohttp import web
 
 from draftgen.profiles import ModelProfile
 from draftgen.simulator import wire
+from draftgen.simulator.batch import BatchSimulator
 from draftgen.simulator.config import (
     DELIVERING_FAULTS,
     FATAL_FAULTS,
@@ -36,6 +36,7 @@ from draftgen.simulator.exchange import (
     ChatRequest,
     RenderedPrompt,
     RequestProblem,
+    Served,
 )
 from draftgen.simulator.exchange import close_connection as _close
 from draftgen.simulator.exchange import seeded_rng as _rng
@@ -49,23 +50,13 @@ from draftgen.simulator.model import (
     prompt_layout,
     token_table,
 )
+from draftgen.simulator.sglang_generate import GenerateRoute
 from draftgen.tokens.rendering import ChatRenderer, template_renderer, tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer
 
 API_PREFIX = "/api/v1"
 SIMULATOR_KEY_LABEL = "draftgen simulator (synthetic data)"
 PROMPT_CACHE_SIZE = 2048
-
-
-@dataclass
-class Served:
-    """One response in preparation: its ids, head fields and (for successes) ground truth."""
-
-    generation_id: str
-    head: dict
-    output: ModelOutput | None = None
-    delivery: wire.Delivery | None = None
-    usage: dict | None = None
 
 
 # Share of answers with whitespace at their edges, as models write them.
@@ -100,8 +91,6 @@ class Simulator:
         self._retry_after = format_retry_after(config.retry_after)
         self._prices = (config.prompt_price, config.completion_price)
         self._stripping = config.quirks.get("strip_whitespace", 0) > 0
-        from draftgen.simulator.batch import BatchSimulator
-
         self.batch = BatchSimulator(self)  # the batch APIs, both dialects
 
     def close(self) -> None:
@@ -368,8 +357,6 @@ class Simulator:
         app.router.add_get(
             API_PREFIX + "/models/{author}/{slug}/endpoints", self.handle_model_endpoints
         )
-        from draftgen.simulator.sglang_generate import GenerateRoute
-
         # SGLang serves /generate at its root; under the API prefix too, so one base URL works.
         generate = GenerateRoute(self).handle
         app.router.add_post("/generate", generate)

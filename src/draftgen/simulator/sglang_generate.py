@@ -11,21 +11,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
-from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
 
 from draftgen.simulator import wire
 from draftgen.simulator.config import DELIVERING_FAULTS
-from draftgen.simulator.exchange import ChatRequest, RenderedPrompt
+from draftgen.simulator.exchange import ChatRequest, Host, RenderedPrompt
 from draftgen.simulator.exchange import close_connection as _close
 from draftgen.simulator.exchange import seeded_rng as _rng
 from draftgen.simulator.model import ModelOutput, prompt_layout
 from draftgen.tokens.tokenizer import decode, encode
-
-if TYPE_CHECKING:
-    from draftgen.simulator.server import Simulator
 
 # What a server without a provider's parser can still show: the model's own doing.
 MODEL_QUIRKS = frozenset({"drift", "empty_reasoning", "tool_call_text"})
@@ -37,7 +33,7 @@ ABORT_MESSAGE = "Abort in waiting queue: the scheduler was restarted"
 class GenerateRoute:
     """``POST /generate`` of one simulator (answered only by the sglang dialect)."""
 
-    def __init__(self, sim: Simulator) -> None:
+    def __init__(self, sim: Host) -> None:
         self.sim = sim
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

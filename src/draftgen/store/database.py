@@ -30,11 +30,15 @@ from typing import ClassVar
 import orjson
 
 from draftgen.errors import DraftgenError
+from draftgen.profiles import DERIVED_LAYOUT, DerivedLayout
 from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
 LOCK_NAME = "draftgen.lock"
+# Meta: what answered a run made by a simulator ("built-in simulator"), whose data is synthetic.
+# Set once and kept: a run resumed against a real server still holds the synthetic part.
+SIMULATED = "simulated"
 # What a run saves beside a store that was deleted or replaced under it (``StoreIdentity``), and
 # the writes a full disk kept out of the store (``CompletionWriter``); a resume takes both back.
 RECOVERED_GLOB = "recovered-*.sqlite"
@@ -344,6 +348,15 @@ class Store:
     def set_meta(self, name: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, value))
 
+    def mark_simulated(self, source: str = "built-in simulator") -> None:
+        """Record that a simulator (``source``) answers this run: its data is synthetic."""
+        if self.meta(SIMULATED) is None:
+            self.set_meta(SIMULATED, source)
+
+    def simulated(self) -> str | None:
+        """What simulator answered this run (``mark_simulated``), or None for real data."""
+        return self.meta(SIMULATED)
+
     def import_unstored(self) -> int:
         """Write the statements a run kept in side files (``unstored-*.jsonl``) when the disk
         refused them, then delete the files: the completions stored. A file's import is marked
@@ -650,10 +663,7 @@ class Store:
             "SELECT count(*), coalesce(sum(max(cost, 0)), 0), coalesce(sum(prompt_tokens), 0),"
             " coalesce(sum(completion_tokens), 0), coalesce(sum(attempts - 1), 0) FROM completions"
         )
-        samples, verified, truncated = one(
-            "SELECT count(*), coalesce(sum(verified = 1 AND truncated = 0), 0),"
-            " coalesce(sum(truncated = 1), 0) FROM samples"
-        )
+        figures = self.sample_figures()
         return {
             "completions": completions,
             "cost": cost,
@@ -672,9 +682,7 @@ class Store:
                     " GROUP BY 1 ORDER BY 2 DESC"
                 )
             ),
-            "samples": samples,
-            "verified": verified,
-            "truncated": truncated,
+            **figures,
             "reasons": dict(
                 self.db.execute(
                     "SELECT reason, count(*) FROM samples GROUP BY reason ORDER BY 2 DESC"
@@ -686,7 +694,25 @@ class Store:
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
             "batches": self.batch_figures(),
+            # Only when set: a run of real data shows what it showed before the marker existed.
+            **({"simulated": simulated} if (simulated := self.simulated()) else {}),
+            # Only for the generic profile: what its chat template showed.
+            **({"derived_layout": derived} if (derived := self.derived_layout()) else {}),
         }
+
+    def derived_layout(self) -> list[str]:
+        """What the generic profile derived from the chat template, a line per item ([]: the
+        run's profile is a family's own)."""
+        stored = self.meta(DERIVED_LAYOUT)
+        return DerivedLayout.from_json(orjson.loads(stored)).describe() if stored else []
+
+    def sample_figures(self) -> dict:
+        """Samples reconstructed, verified (and not cut at max_tokens), and truncated."""
+        samples, verified, truncated = self.db.execute(
+            "SELECT count(*), coalesce(sum(verified = 1 AND truncated = 0), 0),"
+            " coalesce(sum(truncated = 1), 0) FROM samples"
+        ).fetchone()
+        return {"samples": samples, "verified": verified, "truncated": truncated}
 
     def batch_figures(self) -> dict:
         """Batches of ``run --batch`` (empty for a live run): intents by state, final batches by
@@ -934,13 +960,7 @@ class Store:
         """Record that run ``run`` holds these keys, each at its rank: a key keeps the run that
         holds it at the highest rank, the first one recorded on a tie. Returns how many of the
         keys were recorded for a run before. Keys are given once per run."""
-        self.db.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS merge_choice (key TEXT PRIMARY KEY,"
-            " rank INTEGER NOT NULL, run INTEGER NOT NULL)"
-        )
-        self.db.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS merge_ranks (key TEXT NOT NULL, rank INTEGER NOT NULL)"
-        )
+        self._merge_tables()
         self.db.execute("BEGIN")
         try:
             self.db.execute("DELETE FROM temp.merge_ranks")
@@ -960,11 +980,22 @@ class Store:
                 self.db.execute("ROLLBACK")
         return shared
 
+    def _merge_tables(self) -> None:
+        # Also made before copying: a run that holds no keys never ranks any.
+        self.db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS merge_choice (key TEXT PRIMARY KEY,"
+            " rank INTEGER NOT NULL, run INTEGER NOT NULL)"
+        )
+        self.db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS merge_ranks (key TEXT NOT NULL, rank INTEGER NOT NULL)"
+        )
+
     def copy_rows(self, source: Store, table: str, columns: list[str], run: int) -> None:
         """Copy ``columns`` of ``source``'s rows of ``table`` into this store, run ``run`` of a
         merge: a keyed row only if ``rank_keys`` gave its key to that run, a row whose key is
         stored already kept. One statement streams the rows inside SQLite (twice the speed of
         taking them through Python in batches)."""
+        self._merge_tables()
         names = ", ".join(f'"{name}"' for name in columns)
         select = f'SELECT {names} FROM merge_source."{table}"'
         if "key" in columns:

@@ -18,7 +18,7 @@ import orjson
 
 from draftgen.errors import DraftgenError
 from draftgen.inputs.shard import ALL
-from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store
+from draftgen.store.database import DB_NAME, REJECTED_NAME, SIMULATED, RunLock, Store
 
 # Meta that must agree between runs: what a sample means depends on it.
 AGREEING_META = ("tokenizer", "profile", "tokenizer_digest")
@@ -159,6 +159,10 @@ def _agreed_meta(sources: list[Path], metas: list[dict[str, str]]) -> dict[str, 
         answered += [e for e in orjson.loads(meta.get("sources") or "[]") if e not in answered]
     if answered:
         merged["sources"] = orjson.dumps(answered).decode()
+    # Synthetic data in any run makes the merged run's data partly synthetic.
+    simulated = next((meta[SIMULATED] for meta in metas if meta.get(SIMULATED)), None)
+    if simulated:
+        merged[SIMULATED] = simulated
     # Samples built by another tokenizer build or draftgen version are not carried: an export
     # of the merged run rebuilds them all.
     if any(meta.get("reconstruction") != base.get("reconstruction") for meta in metas):

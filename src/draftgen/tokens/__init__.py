@@ -1,3 +1,4 @@
-"""Tokens: loading tokenizers (``tokenizer``, offline ``fixtures``), the fast exact encoder
-(``fast_encoder``) and rendering a request's prompt as the server does (``rendering``).
+"""Tokens: loading tokenizers (``tokenizer``; ``PREFIX:NAME`` ones such as test fixtures come from
+installed ``sources``), the fast exact encoder (``fast_encoder``) and rendering a request's prompt
+as the server does (``rendering``).
 """

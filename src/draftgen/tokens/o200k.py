@@ -1,5 +1,5 @@
 """gpt-oss's o200k ranks as tiktoken's ``o200k_base.tiktoken``, checked against its pinned hash,
-for openai-harmony (``TIKTOKEN_ENCODINGS_BASE``) and the ``fixture:gpt-oss`` tokenizer.
+for openai-harmony (``TIKTOKEN_ENCODINGS_BASE``) and the ``fixture:gpt-oss`` test tokenizer.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Loading the target's tokenizer and rendering prompts through its own chat template.
 
-``fixture:NAME`` names an offline test tokenizer built by ``draftgen.tokens.fixtures``; anything
-else is a local directory or hub id for ``transformers`` (``trust_remote_code`` on, as Kimi needs).
+``fixture:NAME`` names an offline test tokenizer, built by the package that provides it
+(``draftgen.tokens.sources``); anything else is a local directory or hub id for ``transformers``
+(``trust_remote_code`` on, as Kimi needs).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from draftgen.collector import not_collecting
 from draftgen.errors import DraftgenError
 from draftgen.tokens import fast_encoder
 from draftgen.tokens.mistral import load_mistral_tokenizer, mistral_tokenizer_file
+from draftgen.tokens.sources import sourced_directory
 from draftgen.tokens.tokenizer_cache import cached_load
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-FIXTURE_PREFIX = "fixture:"
 
 
 class TokenizerLoadError(DraftgenError, RuntimeError):
@@ -161,15 +161,14 @@ def _hub_answers(endpoint: str) -> bool:
 
 
 def tokenizer_directory(spec: str) -> str | None:
-    """The local directory ``spec`` names (a fixture is built first); None for a hub id or
-    anything that is not a directory."""
-    if spec.startswith(FIXTURE_PREFIX):
-        from draftgen.tokens.fixtures import build_fixture
-
-        try:
-            return str(build_fixture(spec[len(FIXTURE_PREFIX) :]))
-        except ValueError as exc:  # an unknown name: the message lists the fixtures
-            raise TokenizerLoadError(str(exc)) from None
+    """The local directory ``spec`` names (a fixture's, or another source's, is built first); None
+    for a hub id or anything that is not a directory."""
+    try:
+        sourced = sourced_directory(spec)
+    except ValueError as exc:  # an unknown name (the message lists the fixtures) or no source
+        raise TokenizerLoadError(str(exc)) from None
+    if sourced is not None:
+        return sourced
     return spec if os.path.isdir(spec) else None
 
 

@@ -1,12 +1,12 @@
 """A real ``kill -9`` at every step of batch submission and ingestion, one after another on the
 same run directory: nothing is lost and no row is sent (or paid) twice.
 
-Each run is killed by SIGKILL from inside at a named step (``DRAFTGEN_BATCH_CRASH``, see
-``draftgen.generate.batch.crash``): before the create, after the API accepted it but before its id
-was recorded, after recording it, in the middle of a results page, after a page, before the batch is
-marked ingested, after it. The next run picks up from the store alone. At the end every planned
-turn is stored (or finally failed), the export equals the simulator's ground truth, and the
-simulator's own log shows no request body in two batches.
+Each run is killed by SIGKILL from inside at a named step (``draftgen_testing.failpoints``, at
+the steps of ``draftgen.generate.batch.steps``): before the create, after the API accepted it but
+before its id was recorded, after recording it, in the middle of a results page, after a page,
+before the batch is marked ingested, after it. The next run picks up from the store alone. At the
+end every planned turn is stored (or finally failed), the export equals the simulator's ground
+truth, and the simulator's own log shows no request body in two batches.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from batch_runs import batch_args, batch_sim, check_never_twice, read_log, store_rows
 from conftest import check_against_truth, draftgen, export_all, write_prompts
 
-from draftgen.generate.batch.crash import CRASH_POINTS, CRASH_VARIABLE
 from draftgen.inputs.ingest import Conversation, read_conversations
 from draftgen.inputs.plan import plan_turns
+from draftgen_testing.failpoints import POINTS
 
 OPENROUTER_CHAIN = (
     "before_create",
@@ -52,7 +52,7 @@ def planned_keys(path):
     ("dialect", "chain"), [("openrouter", OPENROUTER_CHAIN), ("openai-files", OPENAI_CHAIN)]
 )
 def test_kill_9_at_every_step_loses_nothing_and_sends_no_row_twice(tmp_path, dialect, chain):
-    assert set(chain) <= set(CRASH_POINTS)
+    assert set(chain) <= set(POINTS)
     sim = batch_sim(tmp_path, seconds=0.5)
     try:
         inputs = write_prompts(tmp_path / "prompts.jsonl", 150, invalid=False, seed=2)
@@ -62,7 +62,7 @@ def test_kill_9_at_every_step_loses_nothing_and_sends_no_row_twice(tmp_path, dia
             extra += ["--batch-url", sim.base_url.removesuffix("/api/v1") + "/v1"]
         args = batch_args(sim, [inputs], out, *extra)
         for point in chain:
-            result = draftgen(*args, env_extra={CRASH_VARIABLE: point}, subprocess_only=True)
+            result = draftgen(*args, failpoint=point)
             assert result.returncode == -9, (
                 f"the run did not reach {point} (exit {result.returncode}): {result.stderr}"
             )

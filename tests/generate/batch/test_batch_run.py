@@ -26,7 +26,8 @@ from batch_runs import (
 from conftest import SECRET, SimProcess, check_against_truth, draftgen, export_all, run_args
 
 from draftgen.cli import main as cli
-from draftgen.run.estimate import EstimateOptions, estimate, format_estimate
+from draftgen.cli.present import format_estimate
+from draftgen.run.estimate import EstimateOptions, estimate
 from draftgen.simulator import SimConfig, start_simulator
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "prompts.jsonl"
@@ -319,7 +320,7 @@ def test_the_batch_table_turns_batch_mode_on_and_runs_on_the_built_in_simulator(
         f'input = ["{EXAMPLES}"]\nmodel = "moonshotai/kimi-k2.5"\ntokenizer = "{TOKENIZER}"\n'
         'out = "run"\n\n[batch]\nenabled = true\nsize = 10\nretries = 5\n'
     )
-    assert cli.main(["run"]) == 0
+    assert cli.main(["run", "--simulate"]) == 0
     printed = capsys.readouterr().out
     assert "batches:  0 in flight (0 rows)" in printed
     sizes = store_rows(tmp_path / "run", "SELECT rows FROM batch_intents")
@@ -343,6 +344,7 @@ def test_batch_mode_refuses_what_it_cannot_do(tmp_path, capsys):
         "--out",
         str(tmp_path / "run"),
         "--batch",
+        "--simulate",
     ]
     assert cli.main([*base, "--backend", "vllm"]) == cli.EXIT_ERROR
     assert "--backend vllm servers have none" in capsys.readouterr().err

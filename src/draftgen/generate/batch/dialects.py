@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
+from draftgen.backends import all_backends
 from draftgen.backends.base import error_from_status, parse_retry_after
 from draftgen.logs import add_secret
 
@@ -582,8 +583,14 @@ class OpenAIFileBatches:
 
 
 Dialect = OpenRouterBatches | OpenAIFileBatches
-DIALECTS: dict[str, type] = {"openrouter": OpenRouterBatches, "openai-files": OpenAIFileBatches}
-DIALECT_NAMES: tuple[str, ...] = tuple(DIALECTS)
+# The batch dialects the backends declare (``Backend.batch_dialects``), in their order, and the
+# class that speaks each (a test checks every declared name has one).
+DIALECT_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys(name for backend in all_backends() for name in backend.batch_dialects)
+)
+DIALECTS: dict[str, type] = {
+    dialect.name: dialect for dialect in (OpenRouterBatches, OpenAIFileBatches)
+}
 
 
 def get_dialect(name: str) -> Dialect:

@@ -14,16 +14,14 @@ import asyncio
 import collections
 import contextlib
 import logging
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import orjson
 
-from draftgen.backends import get_backend
-from draftgen.generate.batch.crash import crash_point
+from draftgen.backends import Backend
+from draftgen.generate.batch import steps
 from draftgen.generate.batch.dialects import (
     DIALECTS,
     BatchApiError,
@@ -36,10 +34,12 @@ from draftgen.generate.batch.ingest import ingest
 from draftgen.generate.batch.money import BatchBudget, find_batch_prices
 from draftgen.generate.batch.progress import BatchDisplay, BatchProgress
 from draftgen.generate.batch.submit import BatchTarget, reconcile, submit
+from draftgen.generate.contract import Destination, GenerationContext
 from draftgen.generate.endpoints import EndpointSpec, endpoint_label
 from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.generate.signals import SignalStop
 from draftgen.inputs.ingest import Rejection
-from draftgen.inputs.mix import MixError, Suite, count_suite, read_suite
+from draftgen.inputs.mix import read_suite
 from draftgen.inputs.plan import (
     NOTHING_TO_ANSWER,
     TurnPlan,
@@ -47,13 +47,11 @@ from draftgen.inputs.plan import (
     plan_turns,
     sample_chains,
 )
-from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings
 from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
 from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
-from draftgen.tokens.tokenizer import load_tokenizer
 
 _log = logging.getLogger("draftgen.batch")
 BATCH_META = "batch"  # store meta: JSON {dialect, url, model, api_key_env} for status and cancel
@@ -65,21 +63,17 @@ LOOKUPS_AT_ONCE = 8
 BATCH_PROVIDER_FIELDS = ("only", "allow_fallbacks")
 
 
-async def generate_batch(
-    options,
-    store: Store,
-    settings: GenerationSettings,
-    profile: ModelProfile,
-    base_url: str | list[EndpointSpec],
-    api_key: str | None,
-    started: threading.Event | None = None,
-) -> BatchProgress:
-    """Generate every missing turn through batches; the counterpart of ``LiveGeneration``.
+class Batch:
+    """Batches as a run's engine (``contract.Engine``): the counterpart of ``engine.Live``."""
 
-    ``base_url`` is the run's endpoint list, or the built-in simulator's URL (a string).
-    """
-    batch_run = BatchRun(options, store, settings, profile, base_url, api_key, started)
-    return await batch_run.run()
+    async def generate(
+        self,
+        ctx: GenerationContext,
+        store: Store,
+        destination: Destination,
+        started: threading.Event | None = None,
+    ) -> BatchProgress:
+        return await BatchRun(ctx, store, destination, started).run()
 
 
 def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
@@ -100,9 +94,9 @@ def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
     return base_url[0].url.rstrip("/")
 
 
-def check_batch_options(options, settings: GenerationSettings) -> None:
-    """Refuse what batch mode cannot do, before anything is sent."""
-    if not get_backend(options.backend).batch_api:
+def check_batch_options(options, settings: GenerationSettings, backend: Backend) -> None:
+    """Refuse what batch mode cannot do, before anything is sent (``backend``: the run's)."""
+    if not backend.batch_api:
         raise BatchRunError(
             f"--batch speaks OpenAI-compatible batch APIs (OpenRouter, openai-files); --backend "
             f"{options.backend} servers have none, so drop one of the two"
@@ -127,26 +121,26 @@ def check_batch_options(options, settings: GenerationSettings) -> None:
 
 
 class BatchRun:
+    """One batch generation over a run directory's store, in rounds (the module's docstring);
+    ``ctx`` is the run's context, its batch options checked by the run."""
+
     def __init__(
         self,
-        options,
+        ctx: GenerationContext,
         store: Store,
-        settings: GenerationSettings,
-        profile: ModelProfile,
-        base_url: str | list[EndpointSpec],
-        api_key: str | None,
+        destination: Destination,
         started: threading.Event | None,
     ) -> None:
-        check_batch_options(options, settings)
+        options = ctx.options
         self.options = options
+        self.suite = ctx.suite
         self.store = store
-        self.settings = settings
-        self.profile = profile
-        self.api_key = api_key
+        self.settings = settings = ctx.settings
+        self.api_key = destination.api_key
         self.started = started
-        self.simulated = isinstance(base_url, str)
-        self.url = batch_url(options, base_url)
-        self.backend = get_backend(options.backend)
+        self.simulated = destination.simulated
+        self.url = batch_url(options, destination.base_url)
+        self.backend = ctx.backend
         self.dialect = get_dialect(options.batch_dialect)
         limit = options.batch_size or self.dialect.max_rows
         self.size = min(limit, self.dialect.max_rows)
@@ -157,7 +151,7 @@ class BatchRun:
             min(options.batch_grace, SIMULATED_GRACE) if self.simulated else (options.batch_grace)
         )
         self.model = options.batch_model or settings.model
-        self.progress = BatchProgress(total_rows=_count_rows(options.suite()))
+        self.progress = BatchProgress(total_rows=ctx.total_rows)
         self.writer = CompletionWriter(store.path)
         self.ledger = Ledger(store, self.writer)
         self.stored = StoredTurns(store)
@@ -170,9 +164,8 @@ class BatchRun:
         self.budget_blocked = False
         self.began = time.time()
         self.first_round = True
-        tokenizer = load_tokenizer(options.tokenizer)
-        self.renderer = ChatRenderer(tokenizer, profile)
-        self.variables = request_variables(settings, profile)
+        self.renderer = ChatRenderer(ctx.tokenizer, ctx.profile)
+        self.variables = request_variables(settings, ctx.profile)
         self.progress.watch(failures=self.writer.failure_reasons, tally=SampleTally(store.path))
 
     # -- the run ---------------------------------------------------------------------------------
@@ -200,38 +193,22 @@ class BatchRun:
         )
         if self.started is not None:
             self.started.set()
-        loop = asyncio.get_running_loop()
-        main = asyncio.current_task()
+        self.main = asyncio.current_task()
         display = BatchDisplay(self.progress, interval=self.options.progress_interval)
         self.display = display
-
-        def on_interrupt() -> None:
-            if self.stop.is_set():
-                print("draftgen: abandoning the batch call in flight", file=sys.stderr)
-                if main is not None:
-                    main.cancel()
-                return
-            self._request_stop("interrupted")
-            print(
-                "draftgen: stopping: no new batches; the call in flight finishes and is "
-                "recorded (Ctrl-C again to abandon it)",
-                file=sys.stderr,
-            )
-
+        signals = SignalStop(self, asyncio.get_running_loop())
         try:
             async with http:
                 await self._prices()
                 with display:
-                    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                        loop.add_signal_handler(signum, on_interrupt)
+                    signals.install()
                     try:
                         await self._work()
                     except asyncio.CancelledError:
                         if not self.stop.is_set():
                             raise
                     finally:
-                        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                            loop.remove_signal_handler(signum)
+                        signals.remove()
         except BatchApiError as exc:
             raise BatchRunError(
                 f"stopped: {exc}; everything stored so far is in {self.options.out}, batches "
@@ -257,6 +234,19 @@ class BatchRun:
                     self._request_stop(self.budget.sentence())
                 return
             await self._poll_until_change()
+
+    def on_first_signal(self) -> str:
+        """Ctrl-C (or SIGTERM, SIGHUP): send no new batches; the call in flight finishes."""
+        self._request_stop("interrupted")
+        return (
+            "draftgen: stopping: no new batches; the call in flight finishes and is "
+            "recorded (Ctrl-C again to abandon it)"
+        )
+
+    def on_second_signal(self) -> str:
+        if self.main is not None:
+            self.main.cancel()
+        return "draftgen: abandoning the batch call in flight"
 
     def _request_stop(self, reason: str) -> None:
         if not self.stop.is_set():
@@ -317,7 +307,7 @@ class BatchRun:
             self.progress.rejected += 1
 
         try:
-            for item in read_suite(options.suite()):
+            for item in read_suite(self.suite):
                 if isinstance(item, Rejection):
                     reject(item)
                     continue
@@ -607,19 +597,12 @@ class BatchRun:
                 f"batch {info.id} was cancelled (draftgen cancel) while this run was polling; "
                 "no new batches are sent, and the same command resumes"
             )
-        crash_point("after_ingest")
+        steps.reached("after_ingest")
 
     def _cancelled_during_this_run(self, intent: Intent) -> bool:
         detail = self.ledger.intent(intent.nonce).detail or {}
         asked = detail.get("cancel_requested_at")
         return isinstance(asked, (int, float)) and asked >= self.began
-
-
-def _count_rows(suite: Suite) -> int:
-    try:
-        return count_suite(suite)
-    except MixError as exc:
-        raise BatchRunError(str(exc)) from None
 
 
 def _by_bytes(rows: list[PlannedRow], limit: int) -> Iterator[list[PlannedRow]]:

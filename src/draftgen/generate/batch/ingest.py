@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from draftgen.backends.base import ApiError, parse_completion
-from draftgen.generate.batch.crash import crash_point
+from draftgen.generate.batch import steps
 from draftgen.generate.batch.dialects import BatchInfo, ResultRow, RowError
 from draftgen.generate.batch.submit import BatchTarget
 from draftgen.records import Completion
@@ -109,7 +109,7 @@ async def ingest(
                     report.stored += 1
                     if on_stored is not None:
                         on_stored(key, completion)
-                crash_point("after_page" if last else "mid_page")
+                steps.reached("after_page" if last else "mid_page")
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
@@ -121,7 +121,7 @@ async def ingest(
             report.foreign,
             intent.nonce,
         )
-    crash_point("before_finish")
+    steps.reached("before_finish")
     outcome, kind, message = UNANSWERED.get(
         info.status, ("missing", "batch_row_missing", "the batch returned no result for this row")
     )

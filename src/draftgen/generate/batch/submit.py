@@ -15,7 +15,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from draftgen.generate.batch.crash import crash_point
+from draftgen.generate.batch import steps
 from draftgen.generate.batch.dialects import (
     CHAT_ENDPOINT,
     BatchApiError,
@@ -87,13 +87,13 @@ async def submit(
     )
     await ledger.add_intent(intent, named)
     files = target.dialect.name == "openai-files"
-    crash_point("before_upload" if files else "before_create")
+    steps.reached("before_upload" if files else "before_create")
 
     async def uploaded(file_id: str) -> None:
         await ledger.record_file(nonce, file_id)
         intent.input_file_id = file_id
-        crash_point("after_upload")
-        crash_point("before_create")
+        steps.reached("after_upload")
+        steps.reached("before_create")
 
     try:
         info = await target.dialect.submit(
@@ -122,9 +122,9 @@ async def submit(
             # The upload failed, so no create was sent: nothing can exist.
             await ledger.settle_unsent(nonce, "absent", f"upload failed: {exc}")
         raise
-    crash_point("after_create")
+    steps.reached("after_create")
     await ledger.record_batch(nonce, info.id, info.status)
-    crash_point("after_record")
+    steps.reached("after_record")
     return ledger.intent(nonce)
 
 

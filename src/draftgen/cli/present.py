@@ -1,0 +1,266 @@
+"""What the commands print: a run's status, a folder of runs, an estimate, a merge, a draft
+vocabulary, as text and as JSON. The library returns data; only this module words it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+
+from draftgen.redact import printable
+
+
+def as_json(data: object) -> str:
+    """``--json``: the data as the library returns it, indented."""
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+def format_merge(summary) -> str:
+    """``merge_runs``'s summary in one line (the merged run's status follows it)."""
+    return (
+        f"merged {summary.runs} runs into {summary.out} in {summary.seconds:.2f} s: "
+        f"{summary.completions} completions, {summary.failures} failures, {summary.rejected} "
+        f"rejected rows; {summary.shared_keys} keys were in more than one run (kept once); "
+        f"shard {summary.shard}"
+    )
+
+
+def format_vocab(mapping, paths: list[Path], size: int, tokenizer: str | None, sized: bool) -> str:
+    """``RunDir.vocab``'s result; ``sized``: the target vocabulary size was given."""
+    lines = []
+    if not sized:
+        lines.append(
+            f"target vocabulary: {size} ids (the tokenizer {tokenizer}); pass "
+            "--vocab-size if the model's config.json says otherwise"
+        )
+    lines.append(
+        f"draft vocabulary of {len(mapping.used_ids)} ids covers {mapping.coverage:.2%} of "
+        f"{mapping.supervised_tokens} generated tokens in {mapping.samples} samples"
+    )
+    lines.append("wrote " + ", ".join(str(path) for path in paths))
+    return "\n".join(lines)
+
+
+def say_snapshot(snapshot, run_dir: Path) -> None:
+    """What a read of a run directory left out (a run is active) or did first (reconstructed)."""
+    if snapshot.active_run is not None:
+        print(
+            f"draftgen: a run is active in {run_dir} (draftgen {snapshot.active_run}): this is a "
+            f"snapshot of the samples reconstructed so far; {snapshot.left_out} "
+            "completions stored but not yet reconstructed are left out, so run it again "
+            "once the run has finished",
+            file=sys.stderr,
+        )
+    elif snapshot.reconstructed:
+        print(
+            f"reconstructed {snapshot.reconstructed} samples the run had not reached (it was "
+            "interrupted)"
+        )
+
+
+def format_run_list(listed: dict[str, dict], folder: Path) -> str:
+    """The runs of a folder, a line each: samples, verified, failures, cost, and whether one is
+    active."""
+    lines = [f"{folder} holds {len(listed)} draftgen run{'s' if len(listed) != 1 else ''}:"]
+    width = max(len(path) for path in listed)
+    for path, counts in listed.items():
+        failures = sum((counts.get("failures") or {}).values())
+        share = f" ({counts['verified'] / counts['samples']:.1%})" if counts["samples"] else ""
+        active = "  (active)" if counts.get("active_run") else ""
+        lines.append(
+            f"  {path:<{width}}  {counts['completions']} completions, {counts['samples']} "
+            f"samples, verified {counts['verified']}{share}, {failures} failures, "
+            f"${counts['cost']:.4f}{active}"
+        )
+    lines.append("draftgen status RUN_DIR shows one of them in full")
+    return "\n".join(lines)
+
+
+def format_status(counts: dict, run_dir: Path) -> str:
+    from draftgen.api import REJECTED_NAME
+
+    retried = counts.get("retried_errors") or {}
+    kinds = ", ".join(f"{printable(kind)} {count}" for kind, count in retried.items())
+    share = f" ({counts['verified'] / counts['samples']:.1%})" if counts["samples"] else ""
+    lines = [
+        f"run {run_dir}",
+        f"  rows rejected       {counts.get('rejected', 0)}"
+        + (f"  (reasons in {run_dir / REJECTED_NAME})" if counts.get("rejected") else ""),
+        f"  completions stored  {counts['completions']}  (cost ${counts['cost']:.4f}, "
+        f"tokens {counts['prompt_tokens']} prompt + {counts['completion_tokens']} completion, "
+        f"{counts['retried_attempts']} retried attempts)",
+        f"  retried errors      {sum(retried.values())}" + (f"  ({kinds})" if kinds else ""),
+        f"  samples             {counts['samples']}  verified {counts['verified']}{share}, "
+        f"truncated {counts['truncated']}, not yet reconstructed {counts['unreconstructed']}",
+    ]
+    for title, table in (
+        ("verification", counts["reasons"]),
+        ("finish reasons", counts["finish_reasons"]),
+        ("final failures", counts["failures"]),
+    ):
+        lines.append(f"  {title}:" + ("" if table else " none"))
+        # Finish reasons and failure reasons are the servers' words: printed defused.
+        lines.extend(f"    {printable(name):<28} {count}" for name, count in table.items())
+    rejected = counts.get("rejected_reasons") or {}
+    lines.append("  rejected rows:" + ("" if rejected else " none"))
+    lines.extend(f"    {count:>6}  {printable(kind)}" for kind, count in rejected.items())
+    if counts.get("active_run"):
+        lines.insert(
+            1,
+            f"  run active          draftgen {counts['active_run']} is working on this directory: "
+            "these counts are a snapshot",
+        )
+    if counts.get("simulated"):
+        lines.insert(1, f"  simulated           yes ({counts['simulated']}): the data is synthetic")
+    if counts.get("derived_layout"):
+        lines.append("  profile             generic: layout derived from the chat template")
+        lines.extend(f"    {printable(line)}" for line in counts["derived_layout"])
+    lines.extend(format_exactness(counts.get("exactness") or {}))
+    lines.extend(format_endpoints(counts.get("endpoints") or {}))
+    lines.extend(format_batches(counts.get("batches") or {}))
+    return "\n".join(lines)
+
+
+def format_batches(batches: dict) -> list[str]:
+    """Batches of run --batch: those in flight, the final ones, and what the API charged."""
+    if not batches:
+        return []  # a live run
+    final = ", ".join(f"{count} {printable(status)}" for status, count in batches["final"].items())
+    lines = [
+        f"  batches:  {len(batches['in_flight'])} in flight ({batches['rows_in_flight']} rows), "
+        f"{sum(batches['final'].values())} final" + (f" ({final})" if final else ""),
+        f"    rows sent {batches['rows_sent']}, answered {batches['rows_answered']}, sent again "
+        f"after a failed, expired or cancelled batch {batches['rows_sent_again']}",
+    ]
+    charged = batches.get("charged")
+    if charged is not None:
+        lines.append(
+            f"    charged by the API ${charged:.4f} (batch usage.cost); rows stored "
+            f"${batches['rows_cost']:.4f}"
+            + (
+                f"; ${charged - batches['rows_cost']:.4f} billed for rows that never came back"
+                if charged - batches["rows_cost"] > 1e-9
+                else ""
+            )
+        )
+    else:
+        lines.append("    charged: the API reports no batch cost (openai-files): see the tokens")
+    for batch in batches["in_flight"]:
+        name = batch["batch_id"] or f"intent {batch['nonce']} (create unconfirmed)"
+        status = batch["status"] or ("not yet seen" if batch["batch_id"] else "reconciling")
+        lines.append(f"    {printable(name)}: {printable(status)}, {batch['rows']} rows")
+    if batches["in_flight"]:
+        lines.append(
+            "    the same run command (or run --batch-detach) stores their results; draftgen "
+            "cancel RUN_DIR cancels them"
+        )
+    return lines
+
+
+def format_endpoints(endpoints: dict) -> list[str]:
+    """Per endpoint: attempts, completions, failed attempts by kind, ejections, latency, tokens."""
+    if not endpoints:
+        return []  # a store from before endpoints were recorded
+    lines = ["  endpoints:"]
+    for url, row in endpoints.items():
+        kinds = ", ".join(
+            f"{printable(kind)} {count}" for kind, count in row["error_kinds"].items()
+        )
+        latency = row["latency_mean"]
+        state = []
+        if row["ejections"]:
+            state.append(f"ejected {row['ejections']}x, readmitted {row['readmissions']}x")
+        if row["removed"]:
+            state.append("removed (misconfigured)")
+        lines.append(f"    {printable(url)}" + (f"  [{'; '.join(state)}]" if state else ""))
+        errors = f"errors {row['errors']}" + (f" ({kinds})" if kinds else "")
+        seconds = f"{latency:.3f} s" if latency is not None else "-"
+        lines.append(
+            f"      requests {row['requests']}  completions {row['completions']}  {errors}  "
+            f"latency {seconds}  tokens {row['prompt_tokens']} prompt + "
+            f"{row['completion_tokens']} completion"
+        )
+    return lines
+
+
+def format_exactness(exactness: dict) -> list[str]:
+    """Where the ids came from, how many are proven, and how far the text path can be trusted."""
+    sources = exactness.get("id_sources") or {}
+    lines = ["  exactness:" + ("" if sources else " none")]
+    for source, row in sources.items():
+        share = row["verified"] / row["samples"] if row["samples"] else 0.0
+        lines.append(
+            f"    ids from {source:<19} {row['samples']}  verified {row['verified']} ({share:.1%})"
+        )
+    checks = exactness.get("text_checks") or {}
+    if checks:
+        agreement = exactness.get("text_agreement") or 0.0
+        lines.append(
+            f"    text path agrees with server ids in {agreement:.1%} of "
+            f"{sum(checks.values())} samples:"
+        )
+        lines.extend(f"      {name:<26} {count}" for name, count in checks.items())
+    return lines
+
+
+def format_estimate(result) -> str:
+    """``Run.estimate``'s result as ``draftgen estimate`` prints it."""
+    lines = [
+        f"rows {result.rows} ({result.rejected} rejected), turns {result.turns}, "
+        f"requests {result.requests}",
+        f"  prompt tokens      {result.prompt_tokens}",
+    ]
+    if result.output_high is not None:
+        lines.append(
+            f"  completion tokens  {result.output_low}..{result.output_high} "
+            f"(from {result.output_source})"
+        )
+    else:
+        lines.append("  completion tokens  unknown")
+    if result.price_in is not None:
+        lines.append(
+            f"  price              ${result.price_in * 1e6:.4g} / ${result.price_out * 1e6:.4g} "
+            f"per million prompt / completion tokens (from {result.price_source})"
+        )
+    if result.batch_price_in is not None:
+        lines.append(
+            f"  batch price        ${result.batch_price_in * 1e6:.4g} / "
+            f"${result.batch_price_out * 1e6:.4g} per million (the :batch entry, "
+            f"from {result.batch_price_source})"
+        )
+    if result.cost_low is not None:
+        high = f"${result.cost_high:.2f}" if result.cost_high is not None else "unknown"
+        lines.append(f"  cost               ${result.cost_low:.2f} .. {high}")
+    if result.batch_cost_low is not None:
+        high = f"${result.batch_cost_high:.2f}" if result.batch_cost_high is not None else "?"
+        lines.append(
+            f"  cost with --batch  ${result.batch_cost_low:.2f} .. {high}, in "
+            f"{result.batch_rounds} batch round{'s' if result.batch_rounds != 1 else ''} (a "
+            "conversation advances one turn per round; each round takes the batch's own time)"
+        )
+    if result.seconds_high is not None:
+        lines.append(
+            f"  time               {_duration(result.seconds_low)} .. "
+            f"{_duration(result.seconds_high)} at {result.concurrency} in flight, "
+            f"{result.tokens_per_second:.1f} tokens/s each"
+        )
+    if result.pilot:
+        lines.append(
+            f"  pilot              {result.pilot['completions']} completions, mean "
+            f"{result.pilot['mean_completion_tokens']:.0f} tokens, cost "
+            f"${result.pilot['cost']:.4f}"
+        )
+    lines.extend(f"  note: {note}" for note in result.notes)
+    return "\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,56 @@
+"""What an engine is given and what it does: the run's context and a destination in, every
+missing turn requested and stored, the progress out. The live engine and batch mode both keep it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from draftgen.backends import Backend
+from draftgen.generate.endpoints import EndpointSpec
+from draftgen.generate.progress import RunProgress
+from draftgen.inputs.mix import Suite
+from draftgen.profiles import ModelProfile
+from draftgen.records import GenerationSettings
+from draftgen.store.database import Store
+
+
+class GenerationContext(Protocol):
+    """The run's values an engine reads, resolved once by the run (``draftgen.run.context``)."""
+
+    options: Any  # the run's RunOptions
+    suite: Suite  # the prompts
+    total_rows: int  # rows the suite yields (the progress display's total)
+    backend: Backend
+    settings: GenerationSettings
+    tokenizer: Any  # loaded
+    profile: ModelProfile
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the requests go: the run's checked endpoints, or the built-in simulator's URL."""
+
+    base_url: str | list[EndpointSpec]
+    api_key: str | None
+
+    @property
+    def simulated(self) -> bool:
+        return isinstance(self.base_url, str)
+
+
+class Engine(Protocol):
+    """A way of generating: live requests (``engine.Live``) or a batch API (``batch.Batch``)."""
+
+    async def generate(
+        self,
+        ctx: GenerationContext,
+        store: Store,
+        destination: Destination,
+        started: threading.Event | None = None,
+    ) -> RunProgress:
+        """Request and store every turn the store lacks; ``started`` is set as the first
+        request is sent. The progress says whether and why the run stopped early."""
+        ...

@@ -1,0 +1,54 @@
+"""Ctrl-C, SIGTERM and SIGHUP during generation, the same for every engine: the first signal
+stops sending and lets what is in flight finish; a second abandons it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import Protocol
+
+
+class Interruptible(Protocol):
+    """An engine as the signal handler sees it; each method does its step and returns the
+    sentence that tells the user what happens now."""
+
+    stop: asyncio.Event  # set once the engine sends nothing new
+
+    def on_first_signal(self) -> str: ...
+
+    def on_second_signal(self) -> str: ...
+
+
+class SignalStop:
+    """The engine's signal handling while it generates: ``install`` ... ``remove``.
+
+    The one place an engine writes to stderr itself: the user pressed a key and waits for word.
+    """
+
+    # SIGHUP (a closed terminal or SSH session) would by default end the process at once,
+    # losing what is in flight.
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, engine: Interruptible, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.loop = loop
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            self.loop.add_signal_handler(signum, self.on_signal)
+
+    def remove(self) -> None:
+        for signum in self.SIGNALS:
+            self.loop.remove_signal_handler(signum)
+
+    def on_signal(self) -> None:
+        if self.engine.stop.is_set():
+            self.say(self.engine.on_second_signal())
+        else:
+            self.say(self.engine.on_first_signal())
+
+    @staticmethod
+    def say(text: str) -> None:
+        print(text, file=sys.stderr)
