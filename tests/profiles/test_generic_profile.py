@@ -56,9 +56,7 @@ def test_the_generic_path_verifies_only_exact_samples(tmp_path, monkeypatch, fix
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["gemma-3", "phi-4-reasoning", "seed-oss"])
-def test_a_model_no_profile_claims_runs_through_the_generic_profile(
-    tmp_path, monkeypatch, fixture
-):
+def test_a_model_no_profile_claims_runs_through_the_generic_profile(tmp_path, monkeypatch, fixture):
     from draftgen.api import RunDir, status
     from draftgen.cli.present import format_status
 
