@@ -119,7 +119,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary.stopped:
         print(f"draftgen: stopped: {shown(summary.stopped)}", file=sys.stderr)
         return EXIT_STOPPED
+    if nothing_stored(summary.counts):
+        print(f"draftgen: {nothing_stored(summary.counts)}", file=sys.stderr)
+        return EXIT_ERROR
     return 0
+
+
+def nothing_stored(counts: dict) -> str:
+    """Why a run that ended with no completion stored but final failures is not a success ("" if
+    it stored something or had nothing to fail): such a run must never exit 0."""
+    failures = counts.get("failures") or {}
+    if counts.get("completions") or not failures:
+        return ""
+    reasons = ", ".join(f"{shown(str(reason))} {count}" for reason, count in failures.items())
+    return (
+        f"no completion was stored: all {sum(failures.values())} turns failed ({reasons}); "
+        "fix what the reasons say, and the same command retries them"
+    )
 
 
 def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:
