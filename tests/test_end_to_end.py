@@ -215,7 +215,7 @@ def test_resume_with_other_settings_refuses(tmp_path):
         assert again.returncode == 0 and len(sim.truth()) == served  # a finished run buys nothing
         other = draftgen(*run_args(sim, [inputs], out, tokenizer, "--max-tokens", "64"))
         assert other.returncode == 2
-        assert "max_tokens=None (now 64)" in other.stderr
+        assert "max_tokens not set (now 64)" in other.stderr
         assert len(sim.truth()) == served
     finally:
         sim.stop()

@@ -262,7 +262,7 @@ def test_sampling_settings_reach_the_request_body_and_the_store(tmp_path, monkey
         (json.dumps({"model": "m", "max_tokens": None}),),
     )
     store.check_settings(GenerationSettings(model="m").as_dict())
-    with pytest.raises(StoreError, match=r"provider=None \(now \{'only': \['chutes'\]\}\)"):
+    with pytest.raises(StoreError, match=r"provider not set \(now \{'only': \['chutes'\]\}\)"):
         store.check_settings(GenerationSettings(model="m", provider={"only": ["chutes"]}).as_dict())
     store.close()
 
@@ -295,7 +295,7 @@ def test_samples_are_separate_stored_samples_and_resume(tmp_path, monkeypatch, c
     )
     assert {k: s for k, s, _ in rows if "#" not in s} == first  # sample 0 kept its keys
     assert cli.main([*base, "--temperature", "0.5"]) == 2
-    assert "temperature=None (now 0.5)" in capsys.readouterr().err
+    assert "temperature not set (now 0.5)" in capsys.readouterr().err
 
 
 def test_the_simulator_refuses_malformed_settings_like_openrouter():

@@ -316,7 +316,8 @@ class Store:
             return
         stored = orjson.loads(row[0])
         changed = [
-            f"{name}={stored.get(name)!r} (now {settings.get(name)!r})"
+            (f"{name} not set" if stored.get(name) is None else f"{name}={stored[name]!r}")
+            + (" (now not set)" if settings.get(name) is None else f" (now {settings[name]!r})")
             for name in sorted(set(stored) | set(settings))
             if stored.get(name) != settings.get(name)
         ]
