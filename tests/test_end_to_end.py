@@ -248,7 +248,7 @@ def test_fatal_errors_stop_with_a_clear_message_and_keep_the_store(tmp_path, fau
         sim.stop()
 
 
-def test_missing_key_and_insecure_url_are_refused(tmp_path):
+def test_missing_key_and_insecure_url_are_refused(tmp_path, monkeypatch):
     inputs = write_prompts(tmp_path / "p.jsonl", 2, invalid=False)
     base = [
         "run",
@@ -265,6 +265,11 @@ def test_missing_key_and_insecure_url_are_refused(tmp_path):
         *base, "--base-url", "https://example.invalid/api/v1", "--api-key-env", "NOPE_UNSET"
     )
     assert result.returncode == 2 and "environment variable NOPE_UNSET is not set" in result.stderr
+    monkeypatch.setenv("NOPE_EMPTY", "")
+    result = draftgen(
+        *base, "--base-url", "https://example.invalid/api/v1", "--api-key-env", "NOPE_EMPTY"
+    )
+    assert result.returncode == 2 and "environment variable NOPE_EMPTY is empty" in result.stderr
     result = draftgen(
         *base, "--base-url", "http://example.com/api/v1", "--api-key-env", "DRAFTGEN_TEST_KEY"
     )

@@ -47,8 +47,9 @@ async def cancel_batches(run_dir: Path, api_key_env: str | None = None) -> list[
             variable = api_key_env or meta.get("api_key_env") or "OPENROUTER_API_KEY"
             api_key = os.environ.get(variable)
             if not api_key:
+                state = "is empty" if variable in os.environ else "is not set"
                 raise BatchRunError(
-                    f"environment variable {variable} is not set; export the key the run used "
+                    f"environment variable {variable} {state}; export the key the run used "
                     "in it, or name another one with --api-key-env"
                 )
             dialect = get_dialect(meta["dialect"])

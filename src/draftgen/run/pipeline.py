@@ -255,8 +255,9 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
             for spec in base_url:
                 check_base_url(spec.url, options.allow_insecure_http)
             if not api_key and ctx.backend.needs_api_key:
+                state = "is empty" if options.api_key_env in os.environ else "is not set"
                 raise RunError(
-                    f"environment variable {options.api_key_env} is not set; export your API key "
+                    f"environment variable {options.api_key_env} {state}; export your API key "
                     "in it or name another one with --api-key-env"
                 )
         destination = Destination(base_url, api_key)
