@@ -41,6 +41,8 @@ _LAZY = {
     "MergeSummary": "draftgen.store.merge",
     "SimConfig": "draftgen.simulator",
     "SimConfigError": "draftgen.simulator.config",
+    # The batch timing line status and the progress show (one wording for both).
+    "timing_text": "draftgen.store.batch_timing",
 }
 
 

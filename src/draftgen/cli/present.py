@@ -134,6 +134,11 @@ def format_batches(batches: dict) -> list[str]:
         f"    rows sent {batches['rows_sent']}, answered {batches['rows_answered']}, sent again "
         f"after a failed, expired or cancelled batch {batches['rows_sent_again']}",
     ]
+    from draftgen.api import timing_text
+
+    timing = timing_text(batches.get("timing") or {})
+    if timing:
+        lines.append(f"    timing: {timing}")
     charged = batches.get("charged")
     if charged is not None:
         lines.append(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from draftgen.store.batch_timing import batch_timing
 from draftgen.store.database import CompletionWriter, Store
 
 # An intent's states: its batch may exist (submitting: create sent or about to be; submitted:
@@ -150,7 +151,11 @@ class Ledger:
             "SELECT count(*) FROM batch_rows r JOIN batch_intents i ON i.nonce = r.nonce"
             " WHERE r.outcome IS NULL AND i.state IN ('submitting', 'submitted')"
         ).fetchone()[0]
-        return {"by_state": by_state, "rows_in_flight": rows}
+        return {
+            "by_state": by_state,
+            "rows_in_flight": rows,
+            "timing": batch_timing(self.db, time.time()),
+        }
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ import orjson
 from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, DerivedLayout
 from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
+from draftgen.store.batch_timing import batch_timing
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -765,6 +766,7 @@ class Store:
             )[0],
             "charged": charged if known else None,  # None: the API reports no batch cost
             "rows_cost": rows_cost,
+            "timing": batch_timing(self.db, time.time()),
         }
 
     def unreconstructed(self) -> int:

@@ -116,7 +116,9 @@ def test_a_failing_batch_says_why_in_one_sentence_and_its_rows_give_up_after_the
         )
         out = tmp_path / "run"
         result = draftgen(*batch_args(sim, [inputs], out, "--batch-retries", "1"))
-        assert result.returncode == 0, result.stderr
+        # Nothing was stored: never a success (exit 2), and the last line says why.
+        assert result.returncode == 2, result.stderr
+        assert "no completion was stored: all 3 turns failed" in result.stderr
         sentences = re.findall(r"batch (batch_\w+) failed: (.*)", result.stderr)
         assert len(sentences) == 2  # the first batch and the one retry
         assert all(

@@ -50,6 +50,7 @@ from draftgen.inputs.plan import (
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings
 from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
+from draftgen.store.batch_timing import timing_text
 from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 
@@ -474,7 +475,9 @@ class BatchRun:
         self.progress.batches = collections.Counter(
             (i.status or "not yet seen") if i.state == "submitted" else "unconfirmed" for i in live
         )
-        self.progress.rows_in_flight = self.ledger.figures()["rows_in_flight"]
+        figures = self.ledger.figures()
+        self.progress.rows_in_flight = figures["rows_in_flight"]
+        self.progress.timing = timing_text(figures["timing"])
         return live
 
     async def _poll_until_change(self) -> None:

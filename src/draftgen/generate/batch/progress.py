@@ -22,6 +22,9 @@ class BatchProgress(RunProgress):
     rows_submitted: int = 0
     rows_in_flight: int = 0
     rows_resent: int = 0  # rows sent again after a batch failed, expired or was cancelled
+    # Batch ages, typical duration, the round's ETA band, the worst case in flight (one line,
+    # store.batch_timing's wording, as status shows it).
+    timing: str = ""
 
     def requests_in_flight(self) -> int:
         return self.rows_in_flight
@@ -48,7 +51,9 @@ class BatchProgress(RunProgress):
             f"{self.batches_text()} | rows in flight {self.rows_in_flight} | stored "
             f"{self.turns_done}, from store {self.turns_reused}, failed {self.turns_failed}, "
             f"resent {self.rows_resent}, rejected {self.rejected} | cost ${self.cost:.4f} | "
-            f"elapsed {_clock(self.elapsed())}" + (f" | {self.state()}" if self.stopped else "")
+            f"elapsed {_clock(self.elapsed())}"
+            + (f" | {self.timing}" if self.timing else "")
+            + (f" | {self.state()}" if self.stopped else "")
         )
 
     def fields(self) -> dict:
@@ -60,6 +65,7 @@ class BatchProgress(RunProgress):
             "rows_submitted": self.rows_submitted,
             "rows_in_flight": self.rows_in_flight,
             "rows_resent": self.rows_resent,
+            "timing": self.timing,
         }
 
 
@@ -79,5 +85,7 @@ class BatchDisplay(ProgressDisplay):
         table.add_row("rows sent again", str(p.rows_resent))
         table.add_row("tokens", f"prompt {p.prompt_tokens}, completion {p.completion_tokens}")
         table.add_row("cost so far", f"${p.cost:.4f}")
+        if p.timing:
+            table.add_row("timing", p.timing)
         table.add_row("elapsed", _clock(p.elapsed()))
         return table

@@ -1,0 +1,70 @@
+"""Batch time (issue #27): ages, this run's typical duration, the round's ETA band and the worst
+case in flight, read by progress, status and the report from one place."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from draftgen.api import timing_text
+from draftgen.store.batch_timing import WINDOW_SECONDS, batch_timing, duration_text
+from draftgen.store.database import Store
+
+NOW = 1_800_000_000.0
+
+
+def intent(db, nonce, created, state, status=None, status_at=None, worst=None):
+    db.execute(
+        "INSERT INTO batch_intents (nonce, dialect, url, model, endpoint, rows, body_hash,"
+        " worst_cost, created_at, state, status, status_at) VALUES"
+        " (?, 'openrouter', 'u', 'm', '/v1/chat/completions', 5, 'h', ?, ?, ?, ?, ?)",
+        (nonce, worst, created, state, status, status_at),
+    )
+
+
+def test_timing_of_finished_and_live_batches(tmp_path):
+    with Store(tmp_path / "run") as store:
+        intent(store.db, "a", NOW - 7200, "ingested", "completed", NOW - 6600)  # took 10m
+        intent(store.db, "b", NOW - 7000, "ingested", "completed", NOW - 5800)  # took 20m
+        intent(store.db, "c", NOW - 6000, "ingested", "expired", NOW - 100)  # not a duration
+        intent(store.db, "d", NOW - 3900, "submitted", "in_progress", NOW - 10, worst=0.25)
+        intent(store.db, "e", NOW - 300, "submitting", worst=0.5)
+        timing = batch_timing(store.db, NOW)
+        assert timing["finished_batches"] == 2 and timing["typical_seconds"] == 900
+        assert timing["oldest_age_seconds"] == 3900
+        assert timing["worst_cost_in_flight"] == pytest.approx(0.75)
+        # The round ends with its newest batch, created 5 minutes ago.
+        assert timing["eta_seconds"] == [600, WINDOW_SECONDS - 300]
+        text = timing_text(timing)
+        assert text == (
+            "oldest batch in flight 1h05m; finished batches took 15m (median of 2); this round "
+            "ends in about 10m, at the latest 23h55m (the 24h window); worst case in flight "
+            "$0.7500"
+        )
+        assert store.counts()["batches"]["timing"]["finished_batches"] == 2
+
+
+def test_without_finished_batches_only_the_window_bounds_the_round(tmp_path):
+    with Store(tmp_path / "run") as store:
+        intent(store.db, "a", time.time() - 60, "submitted", "validating", worst=0.1)
+        timing = batch_timing(store.db, time.time())
+        assert timing["typical_seconds"] is None and timing["eta_seconds"][0] is None
+        assert "this round ends in at the latest 23h5" in timing_text(timing)
+
+
+def test_a_live_run_has_no_batch_figures(tmp_path):
+    with Store(tmp_path / "run") as store:
+        assert store.counts()["batches"] == {}
+        assert timing_text({}) == ""
+
+
+def test_durations_read_as_a_person_would():
+    assert [duration_text(s) for s in (None, 40, 60, 840, 3720, 7200)] == [
+        "?",
+        "40s",
+        "1m",
+        "14m",
+        "1h02m",
+        "2h",
+    ]
