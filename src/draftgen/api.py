@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store
+from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store, StoreError
 
 if TYPE_CHECKING:
     from draftgen.options import RunOptions
@@ -176,6 +176,24 @@ class RunDir:
             target = target_size if target_size is not None else target_vocab_size(store)
             mapping = build_from_store(store, size, target, include_unverified)
         return mapping, write_mapping(mapping, Path(out)), target, snapshot
+
+    def sample(self, sample_id: str) -> dict:
+        """One sample (``draftgen show``): its export id (``SOURCE_ID:TURN``) or key, verdict,
+        ids, and ``tokens``: each id's text as the run's tokenizer decodes it alone."""
+        from draftgen.tokens.tokenizer import decode_batch, load_tokenizer
+
+        with Store(self.path, create=False) as store:
+            self._prepare(store)
+            record = store.sample_record(sample_id)
+            spec = store.meta("tokenizer")
+        if record is None:
+            raise StoreError(
+                f"{self.path} has no sample {sample_id!r}: give an id as exports write it "
+                "(SOURCE_ID:TURN) or a sample key"
+            )
+        tokenizer = load_tokenizer(spec)
+        record["tokens"] = decode_batch(tokenizer, [[i] for i in record["input_ids"]])
+        return record
 
     def cancel(self, api_key_env: str | None = None) -> list[str]:
         """Cancel the run's batches in flight (a ``run --batch``) where the API allows it: a

@@ -230,6 +230,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from draftgen.api import RunDir
+    from draftgen.cli.present import as_json, format_sample
+
+    sample = RunDir.open(args.run_dir).sample(args.sample_id)
+    print(as_json(sample) if args.json else format_sample(sample))
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from draftgen.api import RunDir
 
@@ -289,4 +298,4 @@ COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulat
 COMMANDS.update(vocab=cmd_vocab, report=cmd_report)
 COMMANDS.update(init=cmd_init, estimate=cmd_estimate)
 COMMANDS.update(merge=cmd_merge)
-COMMANDS.update(cancel=cmd_cancel)
+COMMANDS.update(cancel=cmd_cancel, show=cmd_show)

@@ -183,6 +183,7 @@ def build_parser(
     _add_vocab(commands)
     _add_report(commands)
     _add_status(commands)
+    _add_show(commands)
     simulate = commands.add_parser("simulate", help="serve an OpenRouter-compatible simulator")
     _add_init(commands)
     estimate = commands.add_parser(
@@ -350,6 +351,19 @@ def _add_status(commands) -> None:
     status = commands.add_parser("status", help="counts by outcome and reason")
     _add_run_dir(status)
     status.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+
+def _add_show(commands) -> None:
+    show = commands.add_parser(
+        "show", help="one sample: its verdict and its tokens, prompt and answer, boundaries marked"
+    )
+    _add_run_dir(show)
+    show.add_argument(
+        "sample_id",
+        metavar="ID",
+        help="the sample's id as exports write it (SOURCE_ID:TURN) or key",
+    )
+    show.add_argument("--json", action="store_true", help="print the sample as JSON")
 
 
 def _add_merge(commands) -> None:

@@ -269,3 +269,29 @@ def _duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def format_sample(sample: dict) -> str:
+    """``draftgen show``: the verdict, then the prompt's and the answer's tokens, each token's
+    text between ``|`` (whitespace and control characters spelled out, so every boundary shows)."""
+    verdict = "verified" if sample["verified"] else "unverified"
+    prompt_len = sample["prompt_len"]
+    lines = [
+        f"sample {printable(sample['id'])} (key {printable(sample['key'])})",
+        f"  {verdict}: {printable(sample['verify_reason'])}"
+        + (f" ({printable(sample['detail'])})" if sample.get("detail") else ""),
+        f"  provider {printable(str(sample['provider']))}, generation "
+        f"{printable(str(sample['generation_id']))}, finish "
+        f"{printable(str(sample['finish_reason']))}, ids from {printable(sample['id_source'])}",
+        f"  prompt {prompt_len} tokens, answer {len(sample['input_ids']) - prompt_len} tokens "
+        "(the answer is what the loss mask trains on)",
+        "  prompt:",
+        "    " + _token_text(sample["tokens"][:prompt_len]),
+        "  answer:",
+        "    " + _token_text(sample["tokens"][prompt_len:]),
+    ]
+    return "\n".join(lines)
+
+
+def _token_text(tokens: list[str]) -> str:
+    return "|" + "|".join(printable(token) for token in tokens) + "|"

@@ -587,6 +587,39 @@ class Store:
                 "id_source": id_source,
             }
 
+    def sample_record(self, sample_id: str) -> dict | None:
+        """One sample by its export id (``SOURCE_ID:TURN``) or its key, with its verdict and ids
+        (None if the run has no such sample); a turn sampled several times gives the first."""
+        source_id, _, turn = sample_id.rpartition(":")
+        found = self.db.execute(
+            "SELECT c.key, c.source_id, c.turn, c.finish_reason, c.provider, c.generation_id,"
+            " s.input_ids, s.prompt_len, s.verified, s.reason, s.detail, s.truncated, s.id_source"
+            " FROM samples s JOIN completions c ON c.key = s.key WHERE c.key = ?"
+            " OR (c.source_id = ? AND c.turn = ?) ORDER BY c.key = ? DESC, c.key LIMIT 1",
+            (sample_id, source_id, int(turn) if turn.isdigit() else -1, sample_id),
+        ).fetchone()
+        if found is None:
+            return None
+        key, source_id, turn, finish, provider, generation_id, blob, prompt_len = found[:8]
+        verified, reason, detail, truncated, id_source = found[8:]
+        ids = array("i")
+        ids.frombytes(blob)
+        return {
+            "id": f"{source_id}:{turn}",
+            "key": key,
+            "source_id": source_id,
+            "turn": turn,
+            "input_ids": ids.tolist(),
+            "prompt_len": prompt_len,
+            "verified": bool(verified) and not truncated,
+            "verify_reason": reason,
+            "detail": detail,
+            "finish_reason": finish,
+            "provider": provider,
+            "generation_id": generation_id,
+            "id_source": id_source,
+        }
+
     def export_completions(
         self, include_unverified: bool
     ) -> Iterator[tuple[StoredCompletion, dict]]:
