@@ -68,3 +68,13 @@ def test_durations_read_as_a_person_would():
         "1h02m",
         "2h",
     ]
+
+
+def test_money_in_status_json_is_rounded_to_a_nanodollar(tmp_path):
+    import orjson
+
+    with Store(tmp_path / "run") as store:
+        intent(store.db, "a", NOW - 60, "ingested", "completed", NOW - 30)
+        store.db.execute("UPDATE batch_intents SET cost = 0.1 + 0.2")
+        batches = store.counts()["batches"]
+        assert batches["charged"] == 0.3 and b"0.30000000000000004" not in orjson.dumps(batches)

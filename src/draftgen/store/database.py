@@ -701,7 +701,7 @@ class Store:
         figures = self.sample_figures()
         return {
             "completions": completions,
-            "cost": cost,
+            "cost": round(cost, 9),  # money to 1e-9 in JSON: no float noise (0.0220151000000003)
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "retried_attempts": retried,
@@ -797,8 +797,8 @@ class Store:
                 "SELECT count(*) FROM batch_rows WHERE outcome IN"
                 " ('failed', 'expired', 'cancelled', 'missing', 'batch_failed')"
             )[0],
-            "charged": charged if known else None,  # None: the API reports no batch cost
-            "rows_cost": rows_cost,
+            "charged": round(charged, 9) if known else None,  # None: the API reports none
+            "rows_cost": round(rows_cost, 9),
             "timing": batch_timing(self.db, time.time()),
         }
 
