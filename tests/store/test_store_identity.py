@@ -497,3 +497,19 @@ def test_a_real_full_disk_for_a_while_loses_nothing(tmp_path, sim, small_disk, c
     warnings = store_warnings(caplog)
     assert warnings[0].startswith(f"cannot write to the store ({FULL}): ")
     assert re.fullmatch(r"the store took the waiting writes after \d\.\d s", warnings[-1])
+
+
+def test_a_store_deleted_mid_batch_run_stops_it_and_the_resume_pays_nothing_twice(tmp_path, sim):
+    # Batch mode writes through the run's writer too (before, it wrote on into the unlinked file).
+    run_options = options(tmp_path, sim, batch=True, batch_size=5, batch_poll=0.05)
+    db = run_options.out / "draftgen.sqlite"
+    deleter = AfterStored(db, 5, db.unlink)
+    deleter.start()
+    with pytest.raises(StoreError, match="was deleted or replaced while the run was writing"):
+        asyncio.run(run(run_options))
+    assert deleter.done
+    [saved] = sorted(run_options.out.glob("recovered-*.sqlite"))
+    assert 5 <= stored(saved) <= 40  # batches finish fast here: all may be in by then
+    asyncio.run(run(run_options))
+    assert stored(db) == 40
+    assert len(sim.truth) == 40  # every row bought once

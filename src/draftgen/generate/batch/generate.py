@@ -51,7 +51,7 @@ from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings
 from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
 from draftgen.store.batch_timing import timing_text
-from draftgen.store.database import REJECTED_NAME, CompletionWriter, SampleTally, Store
+from draftgen.store.database import REJECTED_NAME, SampleTally, Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 
 _log = logging.getLogger("draftgen.batch")
@@ -153,7 +153,10 @@ class BatchRun:
         )
         self.model = options.batch_model or settings.model
         self.progress = BatchProgress(total_rows=ctx.total_rows)
-        self.writer = CompletionWriter(store.path)
+        # The run's writer, as the live engine's: the store's file checked after every commit,
+        # a write the disk refuses held, then kept in a side file and the run stopped (an
+        # intent kept there is one a crash left: the next run imports it and reconciles).
+        self.writer = store.open_writer()
         self.ledger = Ledger(store, self.writer)
         self.stored = StoredTurns(store)
         self.tries: collections.Counter = collections.Counter()  # retried sends, this process
