@@ -737,7 +737,11 @@ def mistral_prompt_ids(tokenizer: Any, messages: list[dict], tools, variables: d
             }
             for t in tools
         ]
-    mistral = MistralTokenizer.from_file(Path(tokenizer.name_or_path) / "tekken.json")
+    directory = Path(tokenizer.name_or_path)
+    files = sorted(directory.glob("tokenizer.model.v*"))
+    mistral = MistralTokenizer.from_file(
+        directory / "tekken.json" if (directory / "tekken.json").is_file() else files[-1]
+    )
     kwargs = {}
     if effort is not None and mistral.instruct_tokenizer.tokenizer.version.supports_model_settings:
         kwargs["reasoning_effort"] = effort
@@ -757,7 +761,8 @@ def engine_kind(fixture: str, tokenizer: Any) -> str:
     template that encodes chat itself, else the Jinja template (HfRenderer)."""
     if fixture == "gpt-oss":
         return "harmony"
-    if (Path(getattr(tokenizer, "name_or_path", "") or "") / "tekken.json").is_file():
+    directory = Path(getattr(tokenizer, "name_or_path", "") or "")
+    if (directory / "tekken.json").is_file() or any(directory.glob("tokenizer.model.v*")):
         return "mistral"
     if encoder_path(tokenizer) is not None:
         return "python-encoder"

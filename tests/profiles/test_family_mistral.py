@@ -22,7 +22,7 @@ from draftgen.tokens.mistral import MistralCommonTokenizer, mistral_tokenizer_fi
 from draftgen.tokens.rendering import ChatRenderer, resolve_profile
 from draftgen.tokens.tokenizer import decode, encode, full_vocab, load_tokenizer, tokenizer_digest
 
-FIXTURES = ("magistral", "devstral")
+FIXTURES = ("magistral", "devstral", "mistral-large")
 MARKUP = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
 MAGISTRAL = Family("magistral", "</s>", "[THINK]", "[/THINK]", markup=MARKUP)
 

@@ -99,7 +99,7 @@ def codecs_of(name: str) -> dict[str, Codec]:
 
 # mistral-common's tokenizer (tokens/mistral.py) has no faster codec proven yet: it encodes with
 # its own code, which is exact, only slower.
-OWN_CODE_ONLY = frozenset({"magistral", "devstral"})
+OWN_CODE_ONLY = frozenset({"magistral", "devstral", "mistral-large"})
 
 
 @pytest.mark.parametrize("name", sorted(set(FIXTURE_NAMES) - OWN_CODE_ONLY))

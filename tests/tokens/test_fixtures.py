@@ -187,6 +187,15 @@ SPECIAL_IDS = {
         "[THINK]": 34,
         "[/THINK]": 35,
     },
+    "mistral-large": {
+        "<s>": 1,
+        "</s>": 2,
+        "[INST]": 3,
+        "[/INST]": 4,
+        "[TOOL_CALLS]": 5,
+        "[AVAILABLE_TOOLS]": 6,
+        "[SYSTEM_PROMPT]": 16,
+    },
     "devstral": {
         "<s>": 1,
         "</s>": 2,

@@ -121,8 +121,27 @@ class MistralCommonTokenizer:
 
         if isinstance(ids, int):
             ids = [ids]
+        ids = [int(i) for i in ids]
         policy = SpecialTokenPolicy.IGNORE if skip_special_tokens else SpecialTokenPolicy.KEEP
-        return self.raw.decode([int(i) for i in ids], special_token_policy=policy)
+        if self.is_tekken:
+            return self.raw.decode(ids, special_token_policy=policy)
+        # SentencePiece: mistral-common keeps specials by joining every piece as the model file
+        # spells it ("▁plain▁ascii"); the text is SentencePiece's decode of each run of ordinary
+        # ids (as mistral-common's decode without specials gives it), specials between as text.
+        parts: list[str] = []
+        run: list[int] = []
+        for i in ids + [-1]:
+            if i in self.added_tokens_decoder or i < 0:
+                if run:
+                    parts.append(
+                        self.raw.decode(run, special_token_policy=SpecialTokenPolicy.IGNORE)
+                    )
+                    run = []
+                if i >= 0 and not skip_special_tokens:
+                    parts.append(self.added_tokens_decoder[i])
+            else:
+                run.append(i)
+        return "".join(parts)
 
     def convert_tokens_to_ids(self, token: str) -> int | None:
         return self.get_vocab().get(token)
@@ -178,7 +197,6 @@ class MistralRenderer:
         self, messages: list[dict], tools: list[dict] | None, variables: dict, now: dt.datetime
     ) -> tuple[str, list[int]]:
         from mistral_common.protocol.instruct.request import ChatCompletionRequest
-        from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 
         variables = dict(variables or {})
         effort = variables.pop("reasoning_effort", None)
@@ -207,8 +225,8 @@ class MistralRenderer:
             ids = list(self.mistral.encode_chat_completion(request).tokens)
         except Exception as exc:  # safe_apply_chat_template: every error becomes a ValueError
             raise MistralRefused(str(exc).strip() or type(exc).__name__) from None
-        text = self.mistral.decode(ids, special_token_policy=SpecialTokenPolicy.KEEP)
-        return text, ids
+        # The text as the tokenizer's decode gives it (SentencePiece's without its "▁" marks).
+        return self.tokenizer.decode(ids), ids
 
 
 def _truncate_tool_call_ids(messages: list[dict]) -> None:

@@ -19,11 +19,16 @@ FIXTURES = {
         special_tokens=MAGISTRAL_SPECIAL_TOKENS,
     ),
     # The same ranks as a v7 tokenizer, Devstral-Small-2505's and Mistral-Small-3.1's version:
-    # the 20 specials every tekken file starts with ([SYSTEM_PROMPT] 17), no think tokens. (The
-    # package's SentencePiece v7 file, Mistral-Large-2411's, needs sentencepiece, not installed.)
+    # the 20 specials every tekken file starts with ([SYSTEM_PROMPT] 17), no think tokens.
     "devstral": MistralCommonFixture(
         source="tekken_240911.json",
         target="tekken.json",
         version="v7",
+    ),
+    # The package's SentencePiece v7 file, Mistral-Large-2411's (read with sentencepiece, part
+    # of the fixtures extra), under the name Mistral-Large-Instruct-2411's repository gives it.
+    "mistral-large": MistralCommonFixture(
+        source="mistral_instruct_tokenizer_241114.model.v7",
+        target="tokenizer.model.v7",
     ),
 }
