@@ -1,5 +1,6 @@
 """The library's front door: a run (``Run``), what can be done with its directory (``RunDir``),
-``status``, ``merge_runs`` and ``simulate``.
+``status``, ``merge_runs``, ``simulate``, and a model's providers (``providers``,
+``probe_providers``).
 
 Every command of the CLI is one call here; anything it does can be done from Python:
 
@@ -23,13 +24,25 @@ from typing import TYPE_CHECKING, Any
 from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store, StoreError
 
 if TYPE_CHECKING:
+    from draftgen.backends.listing import ProviderEndpoint
     from draftgen.options import RunOptions
     from draftgen.run.estimate import Estimate
     from draftgen.run.pipeline import RunSummary
+    from draftgen.run.providers import ProbeReport
     from draftgen.simulator import SimConfig
     from draftgen.store.merge import MergeSummary
 
-__all__ = ["REJECTED_NAME", "Run", "RunDir", "Snapshot", "merge_runs", "simulate", "status"]
+__all__ = [
+    "REJECTED_NAME",
+    "Run",
+    "RunDir",
+    "Snapshot",
+    "merge_runs",
+    "probe_providers",
+    "providers",
+    "simulate",
+    "status",
+]
 
 # What a caller needs beside the calls, loaded on first use: reading a run directory (RunDir)
 # needs none of the run's engine (its HTTP client, endpoints, progress display) nor the simulator.
@@ -41,6 +54,8 @@ _LAZY = {
     "MergeSummary": "draftgen.store.merge",
     "SimConfig": "draftgen.simulator",
     "SimConfigError": "draftgen.simulator.config",
+    "ProbeReport": "draftgen.run.providers",
+    "ProviderEndpoint": "draftgen.backends.listing",
     # The batch timing line status and the progress show (one wording for both).
     "timing_text": "draftgen.store.batch_timing",
 }
@@ -239,3 +254,40 @@ def simulate(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> No
     from draftgen.simulator import serve_forever
 
     serve_forever(config, host=host, port=port)
+
+
+def providers(
+    model: str,
+    base_url: str | list[str] | None = None,
+    api_key_env: str = "OPENROUTER_API_KEY",
+    *,
+    simulate: bool = False,
+    tokenizer: str | None = None,
+    allow_insecure_http: bool = False,
+) -> list[ProviderEndpoint]:
+    """``model``'s providers (``draftgen providers MODEL``): name, tag, prices, quantization,
+    context and status from ``GET {base_url}/models/{author}/{slug}/endpoints`` (OpenRouter's
+    by default; the key in ``api_key_env`` is sent if set). ``simulate`` lists the built-in
+    simulator's providers, which needs ``tokenizer``."""
+    from draftgen.run.providers import list_providers
+
+    listing = list_providers(
+        model,
+        base_url,
+        api_key_env,
+        simulate=simulate,
+        tokenizer=tokenizer,
+        allow_insecure_http=allow_insecure_http,
+    )
+    return asyncio.run(listing)
+
+
+def probe_providers(options: RunOptions, probes: int, out: str | Path | None = None) -> ProbeReport:
+    """Probe every provider of ``options.model`` (``draftgen providers MODEL --probe N``): the
+    probe set (built in, or ``options``' inputs) ``probes`` times each, one run per provider
+    into ``out/ROUTE`` (a temporary directory without ``out``) with ``provider.only``; the
+    providers ranked by dollars per verified sample and the ``[openrouter.provider]`` routing."""
+    from draftgen.run.providers import probe_providers as probe
+
+    options.check("providers")
+    return asyncio.run(probe(options, probes, out))

@@ -59,8 +59,11 @@ GROUPS = {
     "sharding": "sharding: part of the rows, or all of them as Ray tasks (docs/merge.md)",
     "output": "output: where the results go",
     "estimate": "estimate: how output and prices are estimated",
+    "providers": "providers: how the providers are probed and shown",
 }
 RUN_COMMANDS = ("run", "estimate")  # the commands that take the run settings
+# The run settings ``providers --probe`` also takes: what its runs send, and where.
+PROBE_COMMANDS = (*RUN_COMMANDS, "providers")
 KEYS_GO_IN_THE_ENVIRONMENT = (
     "API keys are never taken on the command line, where other users can read them in the "
     "process list: export the key in an environment variable and name that variable with "
@@ -358,6 +361,7 @@ class RunOptions:
     """A run: every field is a setting (``--flag``, a draftgen.toml key); see docs/cli.md."""
 
     inputs: list[str] = setting(
+        commands=PROBE_COMMANDS,
         key="input",
         flag="--input",
         kind=Path,
@@ -374,6 +378,7 @@ class RunOptions:
         help="model id sent to the API (required, here or in the config)",
     )
     tokenizer: str = setting(
+        commands=PROBE_COMMANDS,
         group="input",
         metavar="DIR_OR_ID",
         required=RUN_COMMANDS,
@@ -391,6 +396,7 @@ class RunOptions:
     # None: the endpoints of ``endpoints``; a list: several, routed least-outstanding-first.
     base_url: str | list[str] | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         repeatable=True,
         metavar="URL",
         group="endpoint",
@@ -402,6 +408,7 @@ class RunOptions:
     # base URL, since its answers look real (provider names, ids) and are not.
     simulate: bool = setting(
         False,
+        commands=PROBE_COMMANDS,
         kind=bool,
         group="endpoint",
         help="answer with the built-in simulator on loopback: synthetic data, to try draftgen "
@@ -425,6 +432,7 @@ class RunOptions:
     )
     api_key_env: str = setting(
         "OPENROUTER_API_KEY",
+        commands=PROBE_COMMANDS,
         parse=_env_name,
         metavar="VAR",
         group="endpoint",
@@ -450,7 +458,11 @@ class RunOptions:
         "taken from them (id_source logprobs) and the text path is checked against them",
     )
     allow_insecure_http: bool = setting(
-        False, kind=bool, group="endpoint", help="allow plain http to a non-loopback host"
+        False,
+        commands=PROBE_COMMANDS,
+        kind=bool,
+        group="endpoint",
+        help="allow plain http to a non-loopback host",
     )
     # OpenRouter provider routing ([openrouter.provider], the backend's own table).
     provider: dict | None = setting(
@@ -458,6 +470,7 @@ class RunOptions:
     )
     max_tokens: int | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=int,
         check=POSITIVE,
         metavar="N",
@@ -467,6 +480,7 @@ class RunOptions:
     )
     profile: str | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         choices=profile_names,
         metavar="NAME",
         group="input",
@@ -489,6 +503,7 @@ class RunOptions:
     )
     temperature: float | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=float,
         check=TEMPERATURE,
         metavar="T",
@@ -497,6 +512,7 @@ class RunOptions:
     )
     top_p: float | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=float,
         check=UNIT,
         metavar="P",
@@ -505,6 +521,7 @@ class RunOptions:
     )
     seed: int | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=int,
         metavar="N",
         group="sampling",
@@ -512,6 +529,7 @@ class RunOptions:
     )
     reasoning_effort: str | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         choices=reasoning_efforts,
         group="sampling",
         help="OpenRouter reasoning.effort, not with --reasoning-max-tokens (default: none "
@@ -519,6 +537,7 @@ class RunOptions:
     )
     reasoning_max_tokens: int | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=int,
         check=POSITIVE,
         metavar="N",
@@ -542,6 +561,7 @@ class RunOptions:
     )
     limit: int | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=int,
         check=POSITIVE,
         metavar="N",
@@ -551,6 +571,7 @@ class RunOptions:
     # ingest.INPUT_FORMATS; also the format of [[datasets]] that name none. None: "auto".
     input_format: str | None = setting(
         "auto",
+        commands=PROBE_COMMANDS,
         choices=input_formats,
         group="input",
         help="how to read --input (and [[datasets]] without a format): auto picks by name "
@@ -559,6 +580,7 @@ class RunOptions:
     )
     concurrency: int = setting(
         64,
+        commands=PROBE_COMMANDS,
         kind=int,
         check=POSITIVE,
         metavar="N",
@@ -619,6 +641,7 @@ class RunOptions:
     )
     max_cost: float | None = setting(
         None,
+        commands=PROBE_COMMANDS,
         kind=float,
         metavar="USD",
         group="limits",
@@ -810,6 +833,39 @@ class EstimateOptions(RunOptions):
     )
 
 
+_PROVIDERS = {"group": "providers", "toml": False, "commands": ("providers",)}
+# ``draftgen providers``' own options (docs/providers.md); keys apart from run's and estimate's.
+_PROVIDERS_SETTINGS = (
+    Setting(
+        name="probe",
+        kind=int,
+        check=POSITIVE,
+        metavar="N",
+        **_PROVIDERS,
+        help="probe every provider: a run per provider (provider.only, no fallbacks) answering "
+        "each turn of the probe set N times (the built-in set of chat, multi-turn and tool-call "
+        "prompts, or --input's first --limit rows, 8 by default), then rank them by dollars per "
+        "verified sample (needs --tokenizer; default: only list the providers)",
+    ),
+    Setting(
+        name="probe_out",
+        flag="--out",
+        short="-o",
+        kind=Path,
+        metavar="DIR",
+        **_PROVIDERS,
+        help="keep the probes' runs in DIR/PROVIDER (the same command resumes them; default: a "
+        "temporary directory, deleted after)",
+    ),
+    Setting(
+        name="providers_json",
+        flag="--json",
+        kind=bool,
+        **_PROVIDERS,
+        help="print the providers (or the probe's figures) as JSON",
+    ),
+)
+
 # Options of the commands that are not a run's settings: what the command itself does with them.
 COMMAND_SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -818,6 +874,7 @@ COMMAND_SETTINGS: tuple[Setting, ...] = (
         metavar="FILE",
         group="input",
         toml=False,
+        commands=PROBE_COMMANDS,
         help="read settings from this TOML file (default: ./draftgen.toml if it exists); "
         "flags given here override it",
     ),
@@ -826,6 +883,7 @@ COMMAND_SETTINGS: tuple[Setting, ...] = (
         kind=bool,
         group="input",
         toml=False,
+        commands=PROBE_COMMANDS,
         help="do not read ./draftgen.toml even if it exists",
     ),
     Setting(
@@ -850,6 +908,7 @@ COMMAND_SETTINGS: tuple[Setting, ...] = (
         **_ESTIMATE,
         help="print the estimate as JSON",
     ),
+    *_PROVIDERS_SETTINGS,
 )
 META_KEYS = frozenset({"config", "no_config"})  # options about finding the file: no key in it
 

@@ -1,4 +1,5 @@
-"""What may be printed: secrets masked, control characters defused, stray values described.
+"""What may be printed: secrets masked, control characters defused, stray values described,
+dollar amounts shown alike everywhere.
 
 A key given in the wrong place (a mistyped flag, a variable name, a config value) must never be
 printed back; ``redact`` replaces key-shaped text with ``***`` wherever it appears, and
@@ -104,3 +105,17 @@ def described(value: object) -> str:
     except (OSError, ValueError):
         pass
     return f"a {len(value)}-character string (not shown: it may be a key)"
+
+
+def usd_decimals(amount: float) -> int:
+    """Decimals a dollar amount is shown with: four (a run's cost), or three significant digits
+    for less than a cent (a sample's price: $0.000123, never $0.0001), up to the 1e-9 the store
+    keeps."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return 4
+    return min(9, 2 - math.floor(math.log10(abs(amount))))
+
+
+def usd(amount: float | None) -> str:
+    """A dollar amount as every command prints it; "-" for none (nothing verified to price)."""
+    return "-" if amount is None else f"${amount:.{usd_decimals(amount)}f}"

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from conftest import write_prompts
+from rich.console import Console
 
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.inputs.ingest import read_conversations
@@ -77,6 +78,7 @@ def test_the_plain_line_carries_every_figure(capsys):
 
     class Tally:
         samples, verified = 4, 3
+        providers = {"Alpha": {"samples": 4, "verified": 3, "cost": 0.0003}}
 
         def start(self): ...
 
@@ -91,6 +93,37 @@ def test_the_plain_line_carries_every_figure(capsys):
     assert record["failed_turns"] == {"gave_up_after_2_attempts": 1}
     assert "verified 75.0%" in record["message"] and "elapsed 0:00:00" in record["message"]
     assert "retried: rate_limited 2; failed turns: gave_up_after_2_attempts 1" in record["message"]
+    # The headline: what the store paid over the samples it verified.
+    assert "| $/verified $0.000100 |" in record["message"]
+    assert record["cost_per_verified"] == pytest.approx(0.0001)
+
+
+def test_the_display_shows_a_line_per_provider_from_the_store():
+    class Tally:
+        samples, verified = 0, 0
+        providers: dict = {}
+
+    progress = RunProgress(total_rows=10)
+    progress.watch(tally=Tally())
+    display = ProgressDisplay(progress, stream=io.StringIO())
+    assert "$/verified -" in progress.line() and progress.fields()["cost_per_verified"] is None
+    Tally.samples, Tally.verified = 30, 25
+    Tally.providers = {
+        "Alpha": {"samples": 20, "verified": 19, "cost": 0.0019, "cost_per_verified": 0.0001},
+        "[red]Beta": {"samples": 10, "verified": 6, "cost": 0.003, "cost_per_verified": 0.0005},
+        "Gamma": {"samples": 0, "verified": 0, "cost": 0.0, "cost_per_verified": None},
+    }
+    console = Console(file=io.StringIO(), width=100)
+    console.print(display._table())
+    shown = console.file.getvalue()
+    assert "$ per verified sample" in shown and "$0.000196" in shown  # 0.0049 over 25
+    rows = [line.split("│")[1:5] for line in shown.splitlines() if line.count("│") == 5]
+    assert "┃ provider " in shown and " $ per verified ┃" in shown
+    assert [[cell.strip() for cell in row] for row in rows] == [
+        ["Alpha", "20", "95.0%", "$0.000100"],
+        ["[red]Beta", "10", "60.0%", "$0.000500"],  # a server's name, never rich markup
+        ["Gamma", "0", "-", "-"],
+    ]
 
 
 def test_turns_add_up_and_live_errors_equal_the_final_summary(tmp_path, monkeypatch):

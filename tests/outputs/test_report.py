@@ -88,6 +88,64 @@ def test_report_json_agrees_with_the_store(run_dir, report):
     assert report["lengths"]["prompt"]["p50"] == prompt_lens[(len(prompt_lens) + 1) // 2 - 1]
 
 
+def test_report_prices_each_verified_sample_and_says_why_the_rest_failed(run_dir, report):
+    db = sqlite3.connect(run_dir / "draftgen.sqlite")
+    one = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+    verified = one("SELECT count(*) FROM samples WHERE verified = 1 AND truncated = 0")
+    cost = one("SELECT sum(max(cost, 0)) FROM completions")
+    assert report["totals"]["cost_per_verified"] == pytest.approx(cost / verified, abs=1e-9)
+    for row in report["providers"]:
+        where = "coalesce(c.provider, '') = ?"
+        proven, paid = db.execute(
+            "SELECT coalesce(sum(s.verified = 1 AND s.truncated = 0), 0), sum(max(c.cost, 0))"
+            f" FROM completions c LEFT JOIN samples s ON s.key = c.key WHERE {where}",
+            (row["provider"],),
+        ).fetchone()
+        price = round(paid / proven, 9) if proven else None
+        assert row["cost_per_verified"] == price, row["provider"]
+        failed = dict(
+            db.execute(
+                "SELECT s.reason, count(*) FROM samples s JOIN completions c ON c.key = s.key"
+                f" WHERE s.verified = 0 AND {where} GROUP BY 1",
+                (row["provider"],),
+            )
+        )
+        assert row["unverified_reasons"] == failed, row["provider"]
+        assert row["unverified_shares"] == {
+            reason: round(count / row["samples"], 4) for reason, count in failed.items()
+        }
+    assert any(row["unverified_reasons"] for row in report["providers"])
+    page = (run_dir / "report.html").read_text()
+    assert "<th>$ per verified sample</th>" in page
+    assert '<div class="label">$ per verified sample</div>' in page
+
+
+def test_the_provider_table_prices_a_verified_sample_in_fractions_of_a_cent(tmp_path):
+    from provider_stores import served_store
+
+    from draftgen.outputs.report import build_report, provider_section
+    from draftgen.store.database import Store
+
+    with Store(served_store(tmp_path / "run"), create=False) as store:
+        report = build_report(store)
+    assert report["totals"]["cost_per_verified"] == 0.0055
+    table = {row["provider"]: row for row in report["providers"]}
+    assert table["Gamma"]["cost_per_verified"] is None
+    assert table["Gamma"]["unverified_shares"] == {
+        "prompt_count_mismatch": 0.6667,
+        "provider_strips_whitespace": 0.3333,
+    }
+    assert table["unknown"]["unverified_shares"] == {}
+    section = provider_section(report["providers"])
+    alpha = section.split("<tr><td>Alpha</td>")[1].split("</tr>")[0]
+    price = '[&quot;providers&quot;,0,&quot;cost_per_verified&quot;]">0.00200</span>'
+    assert f'$<span class="num" data-metric="{price}' in alpha
+    assert "prompt_count_mismatch <span" in alpha and ">25.0</span>%" in alpha
+    gamma = section.split("<tr><td>Gamma</td>")[1].split("</tr>")[0]
+    assert ">66.7</span>%<br>provider_strips_whitespace <span" in gamma
+    assert '<td class="r">–</td>' in gamma  # nothing verified: no price
+
+
 def test_report_says_where_the_data_came_from_and_what_was_left_out(run_dir, report):
     # The sample run's simulator is a `draftgen simulate` process: its data is synthetic.
     assert [s["server"] for s in report["sources"]] == ["simulator"]
@@ -408,7 +466,12 @@ def test_rendered_page_shows_the_numbers_of_report_json(run_dir, report, tmp_pat
     assert scales[("totals", "verified_share")] == scales[("providers", 0, "verified_share")] == 100
     assert all(scale == 100 for path, scale in scales.items() if path[-1] in ("share",))
     page = result.stdout
-    assert page.count("$<span") == 1 + len(report["providers"]) and "credits" not in page
+    # Dollars: the cost and the price of a verified sample, of the run and of each provider.
+    priced = [report["totals"]] + report["providers"]
+    assert page.count("$<span") == len(priced) + sum(
+        row["cost_per_verified"] is not None for row in priced
+    )
+    assert "credits" not in page
 
 
 def read_png(path) -> np.ndarray:

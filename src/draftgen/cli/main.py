@@ -239,6 +239,32 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_providers(args: argparse.Namespace) -> int:
+    from draftgen.api import probe_providers, providers
+    from draftgen.cli.config import options_from, resolve
+    from draftgen.cli.present import as_json, format_probe, format_providers
+
+    merged, path = resolve(args, "providers")
+    if path is not None:
+        print(f"draftgen: settings from {path}", file=sys.stderr)
+    options = options_from(merged, "providers")
+    if merged.probe is None:
+        listed = providers(
+            options.model,
+            options.base_url,
+            options.api_key_env,
+            simulate=options.simulate,
+            tokenizer=options.tokenizer,
+            allow_insecure_http=options.allow_insecure_http,
+        )
+        rows = [endpoint.as_dict() for endpoint in listed]
+        print(as_json(rows) if merged.providers_json else format_providers(rows, options.model))
+        return 0
+    report = probe_providers(options, merged.probe, merged.probe_out)
+    print(as_json(report.as_dict()) if merged.providers_json else format_probe(report.as_dict()))
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from draftgen.api import RunDir
 
@@ -268,6 +294,7 @@ def simulator_config(args: argparse.Namespace):
         min_tokens=args.min_tokens,
         max_tokens=args.max_tokens,
         latency=args.latency,
+        slow_provider=args.slow_provider,
         chunk_delay=args.chunk_delay,
         truth_path=args.truth,
         fatal_after=args.fatal_after,
@@ -299,3 +326,4 @@ COMMANDS.update(vocab=cmd_vocab, report=cmd_report)
 COMMANDS.update(init=cmd_init, estimate=cmd_estimate)
 COMMANDS.update(merge=cmd_merge)
 COMMANDS.update(cancel=cmd_cancel, show=cmd_show)
+COMMANDS.update(providers=cmd_providers)

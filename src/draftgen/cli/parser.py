@@ -152,7 +152,7 @@ RUN_DIR_HELP = "a run directory (the --out of draftgen run)"
 # The commands whose options take their choices from the run engine and the simulator:
 # importing those (an HTTP client and server, ~0.2 s) would double the time of a small export,
 # so ``main`` adds these options only when one of these commands may be the one to run.
-ENGINE_COMMANDS = ("run", "simulate", "estimate")
+ENGINE_COMMANDS = ("run", "simulate", "estimate", "providers")
 ESTIMATE_HELP = (
     "Counts a run's prompt tokens and prices and times it before it spends anything. It takes "
     "every run flag: those that shape the requests, the endpoint and the prices are used, and "
@@ -191,9 +191,11 @@ def build_parser(
         help="prompt tokens, cost and time of a run before spending (same flags as run)",
         description=ESTIMATE_HELP,
     )
+    providers = _add_providers(commands)
     if engine_options:
         add_settings(run, command_settings("run", options, extra))
         add_settings(estimate, command_settings("estimate", options, extra))
+        add_settings(providers, command_settings("providers", options, extra))
         _add_simulate(simulate)
     return parser
 
@@ -485,6 +487,13 @@ def _add_simulated_lengths(simulate: argparse.ArgumentParser) -> None:
         help="wait before answering each request (default 0)",
     )
     simulate.add_argument(
+        "--slow-provider",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="one provider (AtlasCloud) waits this much longer before answering (default 0)",
+    )
+    simulate.add_argument(
         "--chunk-delay",
         type=float,
         default=0.0,
@@ -564,6 +573,27 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
         "records, errors and notices alike; a run's live display gives way to its progress "
         "records",
     )
+
+
+PROVIDERS_HELP = (
+    "Lists the providers OpenRouter routes MODEL to (GET /models/AUTHOR/SLUG/endpoints): name, "
+    "tag, price, quantization, context and status. With --probe N, sends each of them the probe "
+    "set through a run of its own and ranks them by dollars per verified sample, then prints "
+    "the [openrouter.provider] block to use. --tokenizer and the prompt and sampling flags are "
+    "for --probe (and --simulate); see docs/providers.md."
+)
+
+
+def _add_providers(commands) -> argparse.ArgumentParser:
+    providers = commands.add_parser(
+        "providers",
+        help="a model's providers and prices; --probe N judges them (docs/providers.md)",
+        description=PROVIDERS_HELP,
+    )
+    providers.add_argument(
+        "model", metavar="MODEL", help="the model's OpenRouter id, e.g. moonshotai/kimi-k2.5"
+    )
+    return providers
 
 
 def _add_init(commands) -> None:

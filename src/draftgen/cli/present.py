@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from draftgen.redact import printable
+from draftgen.redact import printable, usd
 
 
 def as_json(data: object) -> str:
@@ -91,6 +91,7 @@ def format_status(counts: dict, run_dir: Path) -> str:
         f"  completions stored  {counts['completions']}  (cost ${counts['cost']:.4f}, "
         f"tokens {counts['prompt_tokens']} prompt + {counts['completion_tokens']} completion, "
         f"{counts['retried_attempts']} retried attempts)",
+        *per_verified_line(counts),
         f"  retried errors      {sum(retried.values())}" + (f"  ({kinds})" if kinds else ""),
         f"  samples             {counts['samples']}  verified {counts['verified']}{share}, "
         f"truncated {counts['truncated']}, not yet reconstructed {counts['unreconstructed']}",
@@ -117,10 +118,52 @@ def format_status(counts: dict, run_dir: Path) -> str:
     if counts.get("derived_layout"):
         lines.append("  profile             generic: layout derived from the chat template")
         lines.extend(f"    {printable(line)}" for line in counts["derived_layout"])
+    lines.extend(format_provider_figures(counts.get("providers")))
     lines.extend(format_exactness(counts.get("exactness") or {}))
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
     lines.extend(format_batches(counts.get("batches") or {}))
     return "\n".join(lines)
+
+
+def per_verified_line(counts: dict) -> list[str]:
+    """The run's headline: what one verified sample cost (none from a store before it)."""
+    if "cost_per_verified" not in counts:
+        return []
+    price = counts["cost_per_verified"]
+    return [
+        f"  $ per verified      {usd(price)}"
+        + (
+            f"  (cost over {counts['verified']} verified samples)"
+            if price is not None
+            else "  (no sample verified yet)"
+        )
+    ]
+
+
+TOP_REASONS = 3  # failure reasons a provider's status line names
+
+
+def format_provider_figures(providers: dict | None) -> list[str]:
+    """Per provider: samples, the share verified, cost, dollars per verified sample and why the
+    rest failed (``Store.provider_figures``)."""
+    if providers is None:
+        return []  # counts from before providers were figured
+    lines = ["  providers:" + ("" if providers else " none")]
+    names = {name: printable(name) for name in providers}
+    width = max((len(shown) for shown in names.values()), default=0)
+    for name, row in providers.items():
+        share = f" ({row['verified'] / row['samples']:.1%})" if row["samples"] else ""
+        failed = list(row["unverified"].items())
+        reasons = ", ".join(f"{printable(r)} {n}" for r, n in failed[:TOP_REASONS])
+        if len(failed) > TOP_REASONS:
+            reasons += f", {len(failed) - TOP_REASONS} more reasons"
+        lines.append(
+            f"    {names[name]:<{width}}  samples {row['samples']}  verified {row['verified']}"
+            f"{share}  cost {usd(row['cost'])}  $ per verified {usd(row['cost_per_verified'])}"
+            + (f"  truncated {row['truncated']}" if row["truncated"] else "")
+            + (f"  failed: {reasons}" if reasons else "")
+        )
+    return lines
 
 
 def format_batches(batches: dict) -> list[str]:
@@ -295,3 +338,104 @@ def format_sample(sample: dict) -> str:
 
 def _token_text(tokens: list[str]) -> str:
     return "|" + "|".join(printable(token) for token in tokens) + "|"
+
+
+# -- draftgen providers --------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell; every cell already printable."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+
+
+def _shown(value: object) -> str:
+    """A listed value as printed: "?" for one the listing left out or got wrong."""
+    return "?" if value is None else printable(value)
+
+
+def _per_million(price: float | None) -> str:
+    return "?" if price is None else f"${price * 1e6:.4g}"
+
+
+def format_providers(endpoints: list[dict], model: str) -> str:
+    """``draftgen providers MODEL``: a line per provider (prices in USD per million tokens)."""
+    if not endpoints:
+        return f"{printable(model)}: the listing names no provider"
+    rows = [
+        [
+            _shown(e["provider"] or e["name"]),
+            _shown(e["tag"]),
+            f"{_per_million(e['prompt_price'])}/{_per_million(e['completion_price'])}",
+            _shown(e["quantization"]),
+            _shown(e["context_length"]),
+            _shown(e["status"]),
+        ]
+        for e in endpoints
+    ]
+    header = ["provider", "tag", "price in/out per M", "quantization", "context", "status"]
+    return "\n".join([f"{printable(model)}: {len(endpoints)} providers", *_table(header, rows)])
+
+
+def _share(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0%}"
+
+
+def _parity(mismatch_share: float | None) -> float | None:
+    """Prompt parity: the share of samples whose prompt count matched draftgen's rendering."""
+    return None if mismatch_share is None else 1 - mismatch_share
+
+
+def format_probe(report: dict) -> str:
+    """``draftgen providers MODEL --probe N``: a line per provider, best first, then the
+    ``[openrouter.provider]`` block (``ProbeReport.as_dict``)."""
+    rows = []
+    for f in report["providers"]:
+        price = f["dollars_per_verified"]
+        latency = f["latency_p50"]
+        rows.append(
+            [
+                printable(f["route"]),
+                f["verdict"],
+                str(f["samples"]),
+                _share(f["verified_share"]),
+                _share(_parity(f["prompt_mismatch_share"])),
+                _share(f["whitespace_share"]),
+                _share(f["tool_call_share"]),
+                "?" if latency is None else f"{latency:.2f} s",
+                f"${f['cost']:.4f}",
+                "?" if price is None else f"${price:.6f}",
+            ]
+        )
+    header = [
+        "provider",
+        "verdict",
+        "samples",
+        "verified",
+        "prompt parity",
+        "whitespace",
+        "tool calls",
+        "p50",
+        "cost",
+        "$/verified",
+    ]
+    lines = [
+        f"{printable(report['model'])}: {len(rows)} providers probed, each answering every probe "
+        f"turn {report['probes']} times",
+        *_table(header, rows),
+        "(whitespace, tool calls: share of samples whose whitespace or tool calls the provider "
+        "altered or left unproven)",
+    ]
+    for f in report["providers"]:
+        if f["error"]:
+            lines.append(f"{printable(f['route'])}: not probed: {printable(f['error'])}")
+        elif f["caught"]:
+            lines.append(f"{printable(f['route'])}: caught: {', '.join(f['caught'])}")
+    if report["toml"] is None:
+        lines += ["", "no provider verified 90% of its samples: no routing to recommend"]
+    else:
+        lines += ["", "use in draftgen.toml:", report["toml"]]
+    return "\n".join(lines)

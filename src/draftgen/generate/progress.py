@@ -4,6 +4,8 @@ Every figure counts one thing only, the way the final summary (``draftgen status
 turns generated now, taken from the store (a resume) or shared with an identical turn of the same
 input; attempts retried by kind, and turns finally failed by reason. The ETA comes from the rate
 of rows that needed new requests over the last minute, never from rows a resume found stored.
+The providers' figures and the headline, dollars per verified sample, are the store's (the
+reconstruction writes samples as the run goes), read by the tally's thread every few seconds.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from draftgen.redact import printable
+from draftgen.redact import printable, usd
 
 _log = logging.getLogger("draftgen.progress")
 RATE_WINDOW = 60.0  # seconds of recent rows the ETA's rate is measured over
@@ -30,10 +33,11 @@ ETA_MIN_SECONDS = 2.0  # seconds since the first of them, before an ETA is shown
 
 class Tally(Protocol):
     """What a ``SampleTally`` (``draftgen.store.database``) gives: samples reconstructed and
-    verified."""
+    verified, and each provider's figures (``provider_figures``)."""
 
     samples: int
     verified: int
+    providers: dict[str, dict]
 
     def start(self) -> None: ...
 
@@ -136,6 +140,16 @@ class RunProgress:
             return None
         return self.tally.verified / self.tally.samples
 
+    def providers(self) -> dict[str, dict]:
+        """Each provider's figures as the store last showed them, most completions first."""
+        return self.tally.providers if self.tally is not None else {}
+
+    def cost_per_verified(self) -> float | None:
+        """The run's headline: everything its store paid for over the samples it verified."""
+        figures = self.providers().values()
+        verified = sum(row["verified"] for row in figures)
+        return round(sum(row["cost"] for row in figures) / verified, 9) if verified else None
+
     def requests_in_flight(self) -> int:
         return self.in_flight() if self.in_flight is not None else 0
 
@@ -162,6 +176,7 @@ class RunProgress:
             f"from store {self.turns_reused}, duplicates {self.turns_duplicate}, failed "
             f"{self.turns_failed}, rejected {self.rejected} | verified {verified} | tokens "
             f"{self.prompt_tokens}+{self.completion_tokens} | cost ${self.cost:.4f} | "
+            f"$/verified {usd(self.cost_per_verified())} | "
             f"{self.errors_text()} | elapsed {_clock(self.elapsed())} | ETA {_clock(eta)}"
         )
         return text if not self.stopped else f"{text} | {self.state()}"
@@ -181,6 +196,7 @@ class RunProgress:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost": self.cost,
+            "cost_per_verified": self.cost_per_verified(),
             "retried_errors": dict(self.retried),
             "failed_turns": dict(self.failures),
             "elapsed_seconds": round(self.elapsed(), 3),
@@ -236,7 +252,7 @@ class ProgressDisplay:
         with the counts as fields."""
         _log.info(self.progress.line(), extra=self.progress.fields())
 
-    def _table(self) -> Table:
+    def _table(self) -> Table | Group:
         p = self.progress
         share = p.verified_share()
         table = Table(title="draftgen run", show_header=False)
@@ -251,9 +267,24 @@ class ProgressDisplay:
         table.add_row("verified so far", f"{share:.1%}" if share is not None else "-")
         table.add_row("tokens", f"prompt {p.prompt_tokens}, completion {p.completion_tokens}")
         table.add_row("cost so far", f"${p.cost:.4f}")
+        table.add_row("$ per verified sample", usd(p.cost_per_verified()))
         table.add_row("elapsed", _clock(p.elapsed()))
         table.add_row("ETA", _clock(p.eta_seconds()))
-        return table
+        providers = p.providers()
+        return Group(table, provider_table(providers)) if providers else table
+
+
+def provider_table(providers: dict[str, dict]) -> Table:
+    """A line per provider: samples, the share verified, dollars per verified sample."""
+    table = Table(title="providers")
+    for column in ("provider", "samples", "verified", "$ per verified"):
+        table.add_column(column, justify="left" if column == "provider" else "right")
+    for name, row in providers.items():
+        share = f"{row['verified'] / row['samples']:.1%}" if row["samples"] else "-"
+        # A provider's name is the server's word: plain text, never rich markup.
+        name_cell = Text(printable(name))
+        table.add_row(name_cell, str(row["samples"]), share, usd(row["cost_per_verified"]))
+    return table
 
 
 def counted(counter: collections.Counter) -> str:

@@ -22,6 +22,7 @@ import orjson
 
 import draftgen
 from draftgen import __version__
+from draftgen.redact import usd_decimals
 from draftgen.store.database import REJECTED_NAME, Store
 
 JSON_NAME = "report.json"
@@ -80,6 +81,11 @@ REASON_MEANINGS: dict[str, tuple[str, str]] = {
         "this provider strips edge whitespace and a strip here would not change the count, so "
         "the sample cannot be proven",
         "whitespace-a-provider-strips",
+    ),
+    "provider_reserialises_tool_arguments": (
+        "this provider was caught re-serialising tool-call arguments, and a re-serialisation "
+        "here would not change the count, so the sample cannot be proven",
+        "tool-arguments-a-provider-re-serialises",
     ),
     "no_usage": ("the response carried no token counts, so nothing could be proven", "the-checks"),
     "structured_tool_calls": (
@@ -180,6 +186,8 @@ def build_report(store: Store) -> dict:
             "failures": len(failures),
             "rejected": counts.get("rejected", 0),
             "cost": counts["cost"],
+            # The headline: what one sample a trainer can use cost (None: none verified).
+            "cost_per_verified": counts["cost_per_verified"],
             "prompt_tokens": counts["prompt_tokens"],
             "completion_tokens": counts["completion_tokens"],
             "retried_attempts": counts["retried_attempts"],
@@ -210,7 +218,7 @@ def build_report(store: Store) -> dict:
             "sequence": distribution(sequences),
         },
         "max_length_fit": max_length_fit(sequences),
-        "providers": providers(rows),
+        "providers": providers(rows, counts["providers"]),
         "throughput": flow,
         "exactness": counts["exactness"],
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
@@ -485,7 +493,10 @@ def _verified_share(rows: list[dict]) -> float | None:
     return round(sum(1 for r in sampled if r["verified"] and not r["truncated"]) / len(sampled), 4)
 
 
-def providers(rows: list[dict]) -> list[dict]:
+def providers(rows: list[dict], figures: dict[str, dict] | None = None) -> list[dict]:
+    """A row per provider, most completions first; ``figures`` (``Store.provider_figures``)
+    add dollars per verified sample and the samples that failed, by reason."""
+    figures = figures or {}
     by_provider: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_provider[row["provider"] or "unknown"].append(row)
@@ -505,9 +516,24 @@ def providers(rows: list[dict]) -> list[dict]:
                 "unverified": sum(1 for r in sampled if not r["verified"] or r["truncated"]),
                 "samples": len(sampled),
                 "verified_share": round(verified / len(sampled), 4) if sampled else None,
+                **price_and_reasons(figures.get(name)),
             }
         )
     return table
+
+
+def price_and_reasons(figures: dict | None) -> dict:
+    """A provider's dollars per verified sample, and its failed samples by reason: counted and
+    as a share of its samples."""
+    figures = figures or {"cost_per_verified": None, "unverified": {}, "samples": 0}
+    failed = figures["unverified"]
+    return {
+        "cost_per_verified": figures["cost_per_verified"],
+        "unverified_reasons": failed,
+        "unverified_shares": {
+            reason: round(count / figures["samples"], 4) for reason, count in failed.items()
+        },
+    }
 
 
 def endpoints(figures: dict[str, dict], rows: list[dict]) -> list[dict]:
@@ -651,6 +677,11 @@ def dollars(path: tuple, value) -> str:
     return "$" + metric(path, value, 4)
 
 
+def price(path: tuple, value: float | None) -> str:
+    """Dollars per verified sample: enough digits for a fraction of a cent ("–" for none)."""
+    return "–" if value is None else "$" + metric(path, value, usd_decimals(value))
+
+
 def percent(path: tuple, value) -> str:
     return metric(path, value, 1, scale=100)
 
@@ -713,6 +744,7 @@ def render_html(report: dict) -> str:
         ("final failures", metric(("totals", "failures"), t["failures"])),
         ("rows rejected", metric(("totals", "rejected"), t.get("rejected", 0))),
         ("cost (USD)", dollars(("totals", "cost"), t["cost"])),
+        ("$ per verified sample", price(("totals", "cost_per_verified"), t["cost_per_verified"])),
         ("prompt tokens", metric(("totals", "prompt_tokens"), t["prompt_tokens"])),
         ("completion tokens", metric(("totals", "completion_tokens"), t["completion_tokens"])),
         ("retried attempts", metric(("totals", "retried_attempts"), t["retried_attempts"])),
@@ -811,7 +843,9 @@ def render_html(report: dict) -> str:
         _section(
             "Providers",
             provider_section(report["providers"]),
-            "Latency is from the first attempt to the stored answer, retries included.",
+            "Latency is from the first attempt to the stored answer, retries included. Dollars "
+            "per verified sample: what a provider was paid over the samples it served that are "
+            "proven, the price of what a trainer can use.",
             wide=True,
         )
     )
@@ -1215,6 +1249,8 @@ def provider_section(table: list[dict]) -> str:
         "retried errors",
         "unverified",
         "verified share",
+        "$ per verified sample",
+        "unverified by reason (share of samples)",
     )
     body = []
     for i, row in enumerate(table):
@@ -1228,6 +1264,8 @@ def provider_section(table: list[dict]) -> str:
             percent(("providers", i, "verified_share"), row["verified_share"]) + _few(row)
             if row["verified_share"] is not None
             else "–",
+            price(("providers", i, "cost_per_verified"), row.get("cost_per_verified")),
+            reason_shares(i, row.get("unverified_shares") or {}),
         ]
         body.append(
             f"<tr><td>{html.escape(row['provider'])}</td>"
@@ -1239,6 +1277,15 @@ def provider_section(table: list[dict]) -> str:
         f"<h3>Median latency</h3>{chart}{share_legend()}"
         f'<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
     )
+
+
+def reason_shares(i: int, shares: dict[str, float]) -> str:
+    """A provider's failed samples by reason, a line each: "reason 12.5%"."""
+    lines = [
+        f"{html.escape(reason)} " + percent(("providers", i, "unverified_shares", reason), share)
+        for reason, share in shares.items()
+    ]
+    return "<br>".join(lines) or "–"
 
 
 def endpoint_section(table: list[dict]) -> str:

@@ -29,7 +29,9 @@ from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.text import strips_are_invisible
 from draftgen.reconstruct.verify import (
     PROMPT_RENDERER_UNPROVEN,
+    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
     PROVIDER_STRIPS_WHITESPACE,
+    TOOL_ARGUMENTS_RESERIALISED,
     WHITESPACE_ALTERED,
 )
 from draftgen.store.database import Store
@@ -78,6 +80,7 @@ def reconstruct_all(
             made += len(samples)
     flag_invisible_strips(store, tokenizer, profile)
     flag_unproven_renderers(store, tokenizer, profile)
+    flag_reserialising_providers(store)
     return made
 
 
@@ -140,6 +143,39 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     if flags:
         store.flag_samples(flags)
     return len(flags)
+
+
+def flag_reserialising_providers(store: Store) -> int:
+    """Unverify the tool-call samples of providers seen re-serialising tool-call arguments.
+
+    A provider is caught when the count of one of its samples matched only a re-serialised
+    reading of the arguments (``tool_arguments_reserialised``). Its parser is code, so it
+    rewrites every call it delivers; where the verbatim reading of its rewrite happens to match
+    the count, the sample was verified with the provider's key order and spacing, not the
+    model's. Calls without arguments (none, or ``{}``) read the same either way and are kept.
+    """
+    rewriters = store.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED)
+    detail = (
+        "this provider re-serialises tool-call arguments, and a re-serialisation here (key "
+        "order, spacing) would leave the count unchanged"
+    )
+    flags = [
+        (key, PROVIDER_RESERIALISES_TOOL_ARGUMENTS, detail)
+        for key, calls in store.verified_tool_calls(rewriters)
+        if any(_has_arguments(call) for call in calls)
+    ]
+    if flags:
+        store.flag_samples(flags)
+    return len(flags)
+
+
+def _has_arguments(call: object) -> bool:
+    """Whether a structured call's arguments hold anything a re-serialisation could rewrite."""
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if isinstance(arguments, str):
+        return arguments.strip() not in ("", "{}")
+    return bool(arguments)
 
 
 def flag_unproven_renderers(store: Store, tokenizer, profile: ModelProfile) -> int:

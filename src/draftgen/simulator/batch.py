@@ -240,10 +240,10 @@ class BatchSimulator:
 
     def _provider(self, prefs: object) -> str | None:
         """One provider serves a whole batch: the request's ``only`` list, else one of all."""
-        allowed = list(wire.PROVIDERS)
+        allowed = list(self.sim.providers)
         if isinstance(prefs, dict) and isinstance(prefs.get("only"), list):
             only = {str(name).lower() for name in prefs["only"]}
-            allowed = [p for p in allowed if p.lower() in only]
+            allowed = [p for p in allowed if wire.routing_names(p) & only]
         if not allowed:
             return None
         return self.sim_rng("provider", self._seq).choice(allowed)
@@ -556,7 +556,7 @@ class BatchSimulator:
             batch.results.append(row.result)
             return
         req.quirks = self.sim.draw_quirks(req)
-        req.provider = batch.provider
+        self.sim.serve_with(req, batch.provider)
         rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "generation_id", "batch")
         generation_id = f"gen-batch-{1767225600 + rng.randrange(10**8)}-{rng.getrandbits(80):020x}"
         head = {
@@ -701,7 +701,7 @@ class BatchSimulator:
         fault = self._create_fault()
         if fault == "create_refused":
             return _openai_error(503, "The server is overloaded, try again")
-        provider = self.sim_rng("provider", self._seq).choice(wire.PROVIDERS)
+        provider = self.sim_rng("provider", self._seq).choice(self.sim.providers)
         batch = self._new_batch(
             "openai-files",
             model or "",

@@ -56,11 +56,17 @@ REQUEST_QUIRKS: tuple[str, ...] = (
     # One provider (wire.TEMPLATE_PROVIDER) renders the published chat template where the engine
     # renders otherwise (gpt-oss: harmony); requests that draw it are routed there.
     "template_renderer",
+    # One provider (wire.REVISION_PROVIDER, added to the providers while this is configured)
+    # renders another revision of the template: a default system prompt first when the request
+    # has none, so its prompt counts differ from the client's rendering.
+    "template_revision",
 )
 # Quirks of structured tool calls: they apply only when the request carried ``tools`` and the
 # model made a call (``tool_call_rate``). A reading recovers both, but cannot prove it.
 TOOL_CALL_QUIRKS: tuple[str, ...] = (
-    "reserialize_arguments",  # provider re-dumps the call's arguments JSON compactly
+    # One provider (wire.RESERIALISING_PROVIDER) re-dumps every call's arguments as Go does:
+    # compact, keys sorted.
+    "reserialize_arguments",
     "rename_tool_call_id",  # provider replaces the model's call id with its own "call_..."
 )
 
@@ -100,6 +106,7 @@ INEXACT_QUIRKS: frozenset[str] = frozenset(
         "rename_tool_call_id",
         # The provider rendered the published template, not the prompt the engine renders.
         "template_renderer",
+        "template_revision",
     }
 )
 
@@ -120,6 +127,7 @@ class SimConfig:
     max_tokens: int = 200
     chunk_tokens: int = 1  # tokens per SSE chunk when streaming
     latency: float = 0.0  # seconds before responding
+    slow_provider: float = 0.0  # extra seconds before wire.SLOW_PROVIDER responds
     chunk_delay: float = 0.0  # seconds between SSE chunks
     # A provider's pace when streaming (0: as fast as the socket takes it). Each event of
     # ``chunk_tokens`` tokens is due chunk_tokens / tokens_per_second after the one before,
@@ -133,6 +141,8 @@ class SimConfig:
     completion_price: float = 0.0000025  # dollars (credits) per completion token
     dialect: str = "openrouter"  # one of DIALECTS
     tool_call_rate: float = 0.5  # chance the model calls a tool when the request has ``tools``
+    # Share of calls whose arguments the model writes as compact JSON (else as json.dumps does).
+    compact_tool_arguments: float = 0.0
     # An endpoint going down: chat requests after the N-th, and GET /models, answer HTTP 500.
     fail_after: int | None = None
     # Batches: faults by name (BATCH_FAULTS) and the timeline in seconds. OpenRouter's GET and
@@ -171,13 +181,16 @@ class SimConfig:
             raise SimConfigError(
                 f"unknown simulator dialect {self.dialect!r}: use one of {', '.join(DIALECTS)}"
             )
-        if not 0.0 <= self.tool_call_rate <= 1.0:
-            raise SimConfigError(f"tool_call_rate {self.tool_call_rate} is not within 0..1")
+        for name in ("tool_call_rate", "compact_tool_arguments"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise SimConfigError(f"{name} {getattr(self, name)} is not within 0..1")
         if self.chunk_tokens < 1:
             raise SimConfigError("chunk_tokens must be at least 1")
-        if min(self.retry_after, self.latency, self.chunk_delay, self.tokens_per_second) < 0:
+        delays = (self.retry_after, self.latency, self.slow_provider, self.chunk_delay)
+        if min(*delays, self.tokens_per_second) < 0:
             raise SimConfigError(
-                "retry_after, latency, chunk_delay and tokens_per_second must not be negative"
+                "retry_after, latency, slow_provider, chunk_delay and tokens_per_second must "
+                "not be negative"
             )
         if self.truth_path is not None:
             self.truth_path = Path(self.truth_path)

@@ -55,6 +55,10 @@ class ChatRequest:
     # The prompt as the published chat template renders it, where the engine renders otherwise
     # and the template_renderer quirk is on (None: the same, or not asked).
     template_prompt: RenderedPrompt | None = None
+    # The prompt as another template revision renders it (quirk template_revision; None: the
+    # same, or not asked), and the quirk whose prompt the serving provider used, if any.
+    revision_prompt: RenderedPrompt | None = None
+    prompt_quirk: str | None = None
 
 
 def seeded_rng(*parts: object) -> random.Random:
@@ -92,6 +96,7 @@ class Host(Protocol):
     stats: collections.Counter
     attempts: collections.Counter
     models_seen: dict[str, None]
+    providers: tuple[str, ...]
     _valid_requests: int
 
     def chat_request(self, body: Any) -> ChatRequest: ...
@@ -99,6 +104,8 @@ class Host(Protocol):
     def choose_fault(self, req: ChatRequest) -> str | None: ...
 
     def draw_quirks(self, req: ChatRequest) -> set[str]: ...
+
+    def serve_with(self, req: ChatRequest, provider: str) -> None: ...
 
     def success(self, req: ChatRequest, head: dict, generation_id: str) -> Served: ...
 

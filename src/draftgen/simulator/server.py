@@ -61,6 +61,8 @@ PROMPT_CACHE_SIZE = 2048
 
 # Share of answers with whitespace at their edges, as models write them.
 NATURAL_EDGE_WHITESPACE = 0.15
+# The default system prompt the template_revision provider's revision puts first.
+REVISION_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
 class Simulator:
@@ -90,7 +92,11 @@ class Simulator:
         self._truth_file = open(config.truth_path, "ab") if config.truth_path else None  # noqa: SIM115
         self._retry_after = format_retry_after(config.retry_after)
         self._prices = (config.prompt_price, config.completion_price)
-        self._stripping = config.quirks.get("strip_whitespace", 0) > 0
+        # The provider-bound quirks configured (wire.BOUND_QUIRKS), in their routing order.
+        self._bound = [q for q in wire.BOUND_QUIRKS if config.quirks.get(q, 0) > 0]
+        self.providers: tuple[str, ...] = wire.PROVIDERS
+        if "template_revision" in self._bound:
+            self.providers += (wire.REVISION_PROVIDER,)
         self.batch = BatchSimulator(self)  # the batch APIs, both dialects
 
     def close(self) -> None:
@@ -156,39 +162,37 @@ class Simulator:
     def choose_provider(self, req: ChatRequest) -> str | None:
         """Who serves this attempt: the request's routing preferences first.
 
-        With ``strip_whitespace`` configured, stripping is a property of one provider
-        (``wire.STRIPPING_PROVIDER``), as in real deployments: attempts that drew the quirk go
-        there and the others elsewhere, so the quirk's rate holds and that provider always strips.
+        A configured provider-bound quirk (``wire.BOUND_QUIRKS``: stripping, re-serialising
+        tool arguments, another template) is a property of one provider, as in real deployments:
+        attempts that drew the quirk go there and the others elsewhere, so the quirk's rate holds
+        and that provider always shows it. Routing preferences win over this.
         """
         prefs = req.provider_prefs
-        allowed = list(wire.PROVIDERS)
+        allowed = list(self.providers)
 
         def names(value: object) -> set[str]:
             return {str(v).lower() for v in value} if isinstance(value, list) else set()
 
         if prefs.get("only"):
             only = names(prefs["only"])
-            allowed = [p for p in allowed if p.lower() in only]
+            allowed = [p for p in allowed if wire.routing_names(p) & only]
         ignore = names(prefs.get("ignore"))
-        allowed = [p for p in allowed if p.lower() not in ignore]
+        allowed = [p for p in allowed if not wire.routing_names(p) & ignore]
         order = [str(o).lower() for o in prefs.get("order") or [] if isinstance(o, str)]
         for wanted in order:
             for p in allowed:
-                if p.lower() == wanted:
+                if wanted in wire.routing_names(p):
                     return p
         if order and prefs.get("allow_fallbacks") is False:
             return None
         if not allowed:
             return None
         preferred = allowed
-        if self._stripping:
-            strips = "strip_whitespace" in req.quirks
-            preferred = [p for p in allowed if (p == wire.STRIPPING_PROVIDER) == strips] or allowed
-        if self.template_renderer is not None:
-            templated = "template_renderer" in req.quirks
-            preferred = [
-                p for p in preferred if (p == wire.TEMPLATE_PROVIDER) == templated
-            ] or preferred
+        for quirk in self._bound:
+            if quirk == "template_renderer" and self.template_renderer is None:
+                continue
+            bound, drawn = wire.BOUND_QUIRKS[quirk], quirk in req.quirks
+            preferred = [p for p in preferred if (p == bound) == drawn] or preferred
         rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "provider")
         return rng.choice(preferred)
 
@@ -232,11 +236,23 @@ class Simulator:
             "reasoning_content_field",
             *TOOL_CALL_QUIRKS,
         }
-        if self._stripping:  # the stripping provider always strips, the others never do
-            provider_quirks.discard("strip_whitespace")
-            if req.provider == wire.STRIPPING_PROVIDER:
-                provider_quirks.add("strip_whitespace")
+        for quirk in {"strip_whitespace", "reserialize_arguments"}.intersection(self._bound):
+            # Its provider always shows it, the others never do.
+            provider_quirks.discard(quirk)
+            if req.provider == wire.BOUND_QUIRKS[quirk]:
+                provider_quirks.add(quirk)
         return output, provider_quirks
+
+    def serve_with(self, req: ChatRequest, provider: str) -> None:
+        """Hand ``req`` to ``provider``: one rendering the prompt otherwise serves its own."""
+        req.provider = provider
+        for quirk, prompt in (
+            ("template_renderer", req.template_prompt),
+            ("template_revision", req.revision_prompt),
+        ):
+            if provider == wire.BOUND_QUIRKS[quirk] and prompt and prompt.ids != req.prompt.ids:
+                self.stats[quirk] += 1
+                req.prompt, req.prompt_quirk = prompt, quirk
 
     def success(self, req: ChatRequest, head: dict, generation_id: str) -> Served:
         output, provider_quirks = self.model_output(req, req.max_tokens)
@@ -292,10 +308,12 @@ class Simulator:
         keys = list(properties) if isinstance(properties, dict) and properties else ["query"]
         values = ("Paris", "café ☕", "2026-03-15", "42")
         arguments = {key: rng.choice(values) for key in keys[:3]}
+        compact = rng.random() < self.config.compact_tool_arguments
+        separators = (",", ":") if compact else (", ", ": ")
         return {
             "id": f"functions.{name}:0",
             "name": name,
-            "arguments": json.dumps(arguments, ensure_ascii=False),
+            "arguments": json.dumps(arguments, ensure_ascii=False, separators=separators),
         }
 
     def record(self, served: Served, req: ChatRequest, extra: dict | None = None) -> dict:
@@ -305,8 +323,8 @@ class Simulator:
         delivery = served.delivery
         assert output is not None and delivery is not None and served.usage is not None
         quirks = list(output.quirks) + [q for q in delivery.applied if q not in output.quirks]
-        if req.template_prompt is not None and req.prompt is req.template_prompt:
-            quirks.append("template_renderer")  # not the prompt the engine renders
+        if req.prompt_quirk is not None:
+            quirks.append(req.prompt_quirk)  # not the prompt the client renders
         exact = is_canonical(self.table, output) and not (set(quirks) & INEXACT_QUIRKS)
         record = {
             "generation_id": served.generation_id,
@@ -442,28 +460,62 @@ class Simulator:
 
     async def handle_model_endpoints(self, request: web.Request) -> web.Response:
         """OpenRouter's ``GET /models/{author}/{slug}/endpoints``: the simulator serves whatever
-        model it is asked for, so every model has its providers as endpoints."""
+        model it is asked for, so every model has one endpoint per simulated provider."""
         if not self._authorized(request):
             return self._unauthorized()
+        if self._down(self.stats["requests"]):
+            return self._json(500, wire.error_body(500, "simulated outage", "server_error"))
         model = f"{request.match_info['author']}/{request.match_info['slug']}"
         self.models_seen.setdefault(model.removesuffix(":batch"), None)
-        pricing = {
-            "prompt": wire_price(self.config.prompt_price),
-            "completion": wire_price(self.config.completion_price),
-        }
-        endpoints = [
-            {
-                "name": f"{provider} | {model}",
-                "provider_name": provider,
-                "context_length": 262144,
-                "pricing": pricing,
-                "status": 0,
-                "supported_parameters": ["max_tokens", "temperature", "seed", "reasoning"],
+        body = {
+            "data": {
+                "id": model,
+                "name": model,
+                "created": 1767225600,
+                "description": "A model served by the draftgen simulator (synthetic data).",
+                "architecture": {
+                    "modality": "text->text",
+                    "input_modalities": ["text"],
+                    "output_modalities": ["text"],
+                    "tokenizer": "Other",
+                    "instruct_type": None,
+                },
+                "endpoints": [self._endpoint(model, p) for p in self.providers],
             }
-            for provider in wire.PROVIDERS
-        ]
-        body = {"data": {"id": model, "name": model, "endpoints": endpoints}}
+        }
         return self._json(200, orjson.dumps(body))
+
+    def _endpoint(self, model: str, provider: str) -> dict:
+        """One provider's entry of the endpoints listing, as OpenRouter shapes it."""
+        tag, quantization = wire.ENDPOINT_FACTS.get(provider, (provider.lower(), "unknown"))
+        latency = self.config.latency + (
+            self.config.slow_provider if provider == wire.SLOW_PROVIDER else 0.0
+        )
+        parameters = ["max_tokens", "temperature", "top_p", "seed", "reasoning", "tools", "stop"]
+        if provider in wire.LOGPROB_PROVIDERS:
+            parameters.append("logprobs")
+        return {
+            "name": f"{provider} | {model}",
+            "model_name": model,
+            "provider_name": provider,
+            "tag": tag,
+            "context_length": 262144,
+            "pricing": {
+                "prompt": wire_price(self.config.prompt_price),
+                "completion": wire_price(self.config.completion_price),
+                "request": "0",
+                "image": "0",
+            },
+            "quantization": quantization,
+            "max_completion_tokens": 65536,
+            "max_prompt_tokens": None,
+            "supported_parameters": parameters,
+            "status": 0,
+            "uptime_last_30m": 100.0,
+            "supports_implicit_caching": False,
+            # Seconds to the first token; the simulator's own pace is its configured delay.
+            "latency_last_30m": {"p50": latency, "p75": latency, "p90": latency, "p99": latency},
+        }
 
     async def handle_key(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -559,11 +611,9 @@ class Simulator:
                     404, "No endpoints found matching your provider preferences", "no_endpoints"
                 ),
             )
-        req.provider = provider
-        template = req.template_prompt
-        if provider == wire.TEMPLATE_PROVIDER and template and template.ids != req.prompt.ids:
-            self.stats["template_renderer"] += 1
-            req.prompt = template
+        self.serve_with(req, provider)
+        if provider == wire.SLOW_PROVIDER and self.config.slow_provider:
+            await asyncio.sleep(self.config.slow_provider)
         # OpenRouter's shape ("gen-<epoch>-<20 characters>"), drawn like the answer is: the same
         # prompt and attempt give the same id, so two runs of one suite (or its shards) compare
         # byte for byte.
@@ -626,6 +676,13 @@ class Simulator:
                     template_kwargs or None,
                     self.template_renderer,
                 )
+        if "template_revision" in self._bound:
+            revised = self._revised_messages(body["messages"])
+            if revised is not None:
+                with contextlib.suppress(Exception):
+                    req.revision_prompt = self.render(
+                        revised, body.get("tools"), template_kwargs or None
+                    )
         req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt)
         req.want_logprobs = body.get("logprobs") is True
         dialect = self.config.dialect
@@ -637,6 +694,14 @@ class Simulator:
         self.attempts[prompt.sha256] += 1
         self.models_seen.setdefault(req.model, None)
         return req
+
+    @staticmethod
+    def _revised_messages(messages: list) -> list | None:
+        """The messages as the other template revision sees them: a default system prompt
+        first when the request has none (None: it has one, so both revisions agree)."""
+        if messages[0].get("role") in ("system", "developer"):
+            return None
+        return [{"role": "system", "content": REVISION_SYSTEM_PROMPT}, *messages]
 
     def _ignores_switch(self, messages: list) -> bool:
         rate = self.config.quirks.get("ignore_thinking_switch", 0)

@@ -1,7 +1,8 @@
 """What the simulated provider puts on the wire: OpenRouter bodies, SSE chunks and error shapes.
 
-The provider side of the simulation lives here: splitting reasoning from content, and the
-provider quirks (whitespace stripping, leaked end-of-turn, no split, older field names).
+The provider side of the simulation lives here: splitting reasoning from content, the provider
+quirks (whitespace stripping, leaked end-of-turn, no split, older field names, re-serialised tool
+arguments), and which provider each quirk that is code rather than chance belongs to.
 """
 
 from __future__ import annotations
@@ -19,8 +20,38 @@ PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes", "AtlasCloud")
 STRIPPING_PROVIDER = "Chutes"
 # The one provider that renders gpt-oss prompts with the chat template (quirk template_renderer).
 TEMPLATE_PROVIDER = "AtlasCloud"
+# The one provider whose tool-call parser re-serialises arguments as a Go gateway writes JSON
+# (quirk reserialize_arguments): compact, keys sorted, HTML characters escaped.
+RESERIALISING_PROVIDER = "SiliconFlow"
+# A provider rendering prompts with another revision of the chat template (quirk
+# template_revision); it joins the simulated providers only while that quirk is configured.
+REVISION_PROVIDER = "Parasail"
+# The provider that answers ``SimConfig.slow_provider`` seconds later than the others.
+SLOW_PROVIDER = "AtlasCloud"
+# Quirks that are code of one provider, not chance of one response: attempts that draw one go
+# to its provider, the others elsewhere, and that provider shows it on everything it serves.
+BOUND_QUIRKS: dict[str, str] = {
+    "strip_whitespace": STRIPPING_PROVIDER,
+    "template_renderer": TEMPLATE_PROVIDER,
+    "reserialize_arguments": RESERIALISING_PROVIDER,
+    "template_revision": REVISION_PROVIDER,
+}
 # Providers that honour ``logprobs`` (with token bytes); the others send ``logprobs: null``.
 LOGPROB_PROVIDERS: tuple[str, ...] = ("SiliconFlow", "Chutes")
+# What the endpoints listing says of each provider: its tag and quantization.
+ENDPOINT_FACTS: dict[str, tuple[str, str]] = {
+    "SiliconFlow": ("siliconflow/fp8", "fp8"),
+    "Chutes": ("chutes/int4", "int4"),
+    "AtlasCloud": ("atlas-cloud/fp8", "fp8"),
+    "Parasail": ("parasail/int4", "int4"),
+}
+
+
+def routing_names(provider: str) -> set[str]:
+    """What ``provider.only/ignore/order`` may name ``provider`` by, lower case: its name, its
+    endpoint's tag ("siliconflow/fp8") and the tag's provider slug ("siliconflow")."""
+    tag = ENDPOINT_FACTS.get(provider, (provider.lower(), ""))[0]
+    return {provider.lower(), tag, tag.partition("/")[0]}
 
 
 @dataclass
@@ -131,9 +162,9 @@ def attach_stream_logprobs(chunks: list[dict], entries: list) -> None:
 def _structured_call(call: dict, quirks: set[str], applied: list[str], rng: random.Random) -> dict:
     arguments = call["arguments"]
     if "reserialize_arguments" in quirks:
-        compact = json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
-        if compact != arguments:
-            arguments = compact
+        written = go_json(json.loads(arguments))
+        if written != arguments:
+            arguments = written
             applied.append("reserialize_arguments")
     call_id = call["id"]
     if "rename_tool_call_id" in quirks:
@@ -144,6 +175,15 @@ def _structured_call(call: dict, quirks: set[str], applied: list[str], rng: rand
         "type": "function",
         "function": {"name": call["name"], "arguments": arguments},
     }
+
+
+def go_json(value: object) -> str:
+    """``value`` as Go's ``json.Marshal`` writes it: compact, map keys sorted, non-ASCII kept,
+    and <, >, & escaped (they only occur inside strings, so replacing them is safe)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escaped)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _strip_pieces(pieces: list[str]) -> list[str]:

@@ -516,6 +516,18 @@ class Store:
                 (provider,),
             ).fetchall()
 
+    def verified_tool_calls(self, providers: set[str]) -> Iterator[tuple[str, list]]:
+        """(key, structured tool calls) of every verified text-path sample with tool calls
+        served by one of ``providers``."""
+        for provider in sorted(providers):
+            for key, calls in self.db.execute(
+                "SELECT c.key, c.tool_calls FROM samples s JOIN completions c ON c.key = s.key"
+                " WHERE s.verified = 1 AND s.id_source = 'text' AND c.tool_calls IS NOT NULL"
+                " AND coalesce(c.provider, '') = ?",
+                (provider,),
+            ).fetchall():
+                yield key, orjson.loads(calls)
+
     def text_path_prompts(self) -> Iterator[tuple[str, str, bytes, int | None, bool]]:
         """(key, provider, request, prompt_tokens, verified) of every text-path sample that is
         verified or failed on its prompt count, in key order (what a renderer doubt reads)."""
@@ -704,6 +716,10 @@ class Store:
             "cost": round(cost, 9),  # money to 1e-9 in JSON: no float noise (0.0220151000000003)
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
+            # The headline of a run: what one sample a trainer can use cost (None: none yet).
+            "cost_per_verified": round(cost / figures["verified"], 9)
+            if figures["verified"]
+            else None,
             "retried_attempts": retried,
             "retried_errors": self.retried_errors(),
             "failures": dict(
@@ -726,6 +742,7 @@ class Store:
             "unreconstructed": self.unreconstructed(),
             "exactness": self.exactness(),
             "endpoints": self.endpoint_figures(),
+            "providers": self.provider_figures(),
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
             "batches": self.batch_figures(),
@@ -734,6 +751,10 @@ class Store:
             # Only for the generic profile: what its chat template showed.
             **({"derived_layout": derived} if (derived := self.derived_layout()) else {}),
         }
+
+    def provider_figures(self) -> dict[str, dict]:
+        """Per provider (``provider_figures``), most completions first."""
+        return provider_figures(self.db)
 
     def derived_layout(self) -> list[str]:
         """What the generic profile derived from the chat template, a line per item ([]: the
@@ -1423,15 +1444,85 @@ def read_side_file(path: Path) -> list[tuple[str, tuple]]:
     return statements
 
 
-class SampleTally:
-    """Samples reconstructed and verified so far, counted by a thread of its own every few
-    seconds on its own connection: a live display reads two numbers, the loop never waits."""
+# A provider's figures, one row per (provider, reason a sample failed): one pass over the
+# completions, the median latency ranked in the same pass (nearest rank, as the report's).
+PROVIDER_FIGURES = """
+WITH served AS (
+    SELECT coalesce(c.provider, '') AS provider, max(c.cost, 0) AS cost, c.latency,
+        s.key IS NOT NULL AS sampled, s.verified = 1 AND s.truncated = 0 AS proven,
+        s.truncated = 1 AS cut, CASE WHEN s.verified = 0 THEN s.reason END AS failed,
+        row_number() OVER (PARTITION BY coalesce(c.provider, '')
+            ORDER BY c.latency IS NULL, c.latency) AS latency_rank,
+        count(c.latency) OVER (PARTITION BY coalesce(c.provider, '')) AS timed
+    FROM completions c LEFT JOIN samples s ON s.key = c.key
+)
+SELECT provider, failed, count(*), coalesce(sum(sampled), 0), coalesce(sum(proven), 0),
+    coalesce(sum(cut), 0), sum(cost), max(CASE WHEN latency_rank = (timed + 1) / 2 THEN latency END)
+FROM served GROUP BY provider, failed
+"""
+UNKNOWN_PROVIDER = "unknown"  # what a completion that named no provider is counted under
 
-    def __init__(self, path: Path, every: float = 2.0) -> None:
+
+def provider_figures(db: sqlite3.Connection) -> dict[str, dict]:
+    """Per provider, most completions first: completions, samples, ``verified`` (and not cut at
+    max_tokens), ``unverified`` (samples that failed a check, by reason, most first),
+    ``truncated``, ``cost`` (a negative cost counts 0, as in ``counts``), ``latency_p50`` and
+    ``cost_per_verified`` (None while nothing it served is verified)."""
+    figures: dict[str, dict] = {}
+    for provider, failed, served, sampled, proven, cut, cost, latency in db.execute(
+        PROVIDER_FIGURES
+    ):
+        row = figures.setdefault(
+            provider or UNKNOWN_PROVIDER,
+            {
+                "completions": 0,
+                "samples": 0,
+                "verified": 0,
+                "unverified": {},
+                "truncated": 0,
+                "cost": 0.0,
+                "latency_p50": None,
+            },
+        )
+        row["completions"] += served
+        row["samples"] += sampled
+        row["verified"] += proven
+        row["truncated"] += cut
+        row["cost"] += cost
+        if failed is not None:
+            row["unverified"][failed] = sampled
+        if latency is not None:
+            row["latency_p50"] = round(latency, 3)
+    for row in figures.values():
+        row["cost"] = round(row["cost"], 9)
+        row["cost_per_verified"] = (
+            round(row["cost"] / row["verified"], 9) if row["verified"] else None
+        )
+        row["unverified"] = dict(sorted(row["unverified"].items(), key=lambda i: (-i[1], i[0])))
+    return dict(sorted(figures.items(), key=lambda item: (-item[1]["completions"], item[0])))
+
+
+# The per-provider figures of a live display are read at most this often, and less often when
+# reading them takes longer than this share of the time (a full pass over a large store).
+FIGURES_EVERY = 5.0
+FIGURES_SHARE = 0.05
+
+
+class SampleTally:
+    """Samples reconstructed and verified so far, and the figures of each provider
+    (``provider_figures``), counted by a thread of its own on its own connection: a live
+    display reads a few numbers, the loop never waits."""
+
+    def __init__(
+        self, path: Path, every: float = 2.0, figures_every: float = FIGURES_EVERY
+    ) -> None:
         self.path = path
         self.every = every
+        self.figures_every = figures_every
         self.samples = 0
         self.verified = 0
+        self.providers: dict[str, dict] = {}
+        self._figures_due = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -1444,10 +1535,16 @@ class SampleTally:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def count(self, db: sqlite3.Connection) -> None:
+    def count(self, db: sqlite3.Connection, figures: bool = False) -> None:
+        """Count the samples; read the providers' figures too when they are due or asked."""
         self.samples, self.verified = db.execute(
             "SELECT count(*), coalesce(sum(verified = 1 AND truncated = 0), 0) FROM samples"
         ).fetchone()
+        started = time.monotonic()
+        if figures or started >= self._figures_due:
+            self.providers = provider_figures(db)
+            spent = time.monotonic() - started
+            self._figures_due = started + max(self.figures_every, spent / FIGURES_SHARE)
 
     def _run(self) -> None:
         try:
@@ -1462,7 +1559,7 @@ class SampleTally:
                     pass
                 if self._stop.wait(self.every):
                     with contextlib.suppress(sqlite3.Error):
-                        self.count(db)  # the figures as the display closes
+                        self.count(db, figures=True)  # the figures as the display closes
                     return
         finally:
             db.close()

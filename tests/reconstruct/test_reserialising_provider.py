@@ -1,0 +1,104 @@
+"""A provider whose tool-call parser re-serialises arguments (compact, keys sorted, as a Go
+gateway writes JSON) is caught on the samples whose count only a re-serialised reading matches,
+and then distrusted on the rest: no sample of it whose count happens to match is verified with
+its key order instead of the model's."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from golden import run_rows
+
+from draftgen.reconstruct.background import flag_reserialising_providers
+from draftgen.simulator import wire
+from draftgen.store.database import Store
+
+# Properties out of alphabetical order: the provider's sorted keys are not the model's.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "forecast",
+            "description": "The weather forecast for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "unit": {"type": "string"},
+                    "city": {"type": "string"},
+                    "date": {"type": "string"},
+                },
+            },
+        },
+    }
+]
+
+
+FLAG_DETAIL = (
+    "this provider re-serialises tool-call arguments, and a re-serialisation here (key order, "
+    "spacing) would leave the count unchanged"
+)
+
+
+def rows(count: int) -> list[dict]:
+    return [
+        {
+            "id": f"r{i}",
+            "messages": [{"role": "user", "content": f"Weather question {i} — café?"}],
+            "tools": TOOLS,
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("fixture", ["kimi-k2.5", "qwen3"])
+def test_a_provider_caught_reserialising_has_no_tool_call_sample_verified(
+    tmp_path, monkeypatch, fixture
+):
+    config = {
+        "seed": 3,
+        "max_tokens": 60,
+        "tool_call_rate": 1.0,
+        # Half the model's calls are compact JSON already: re-serialising them only sorts the
+        # keys, which keeps the count, so the provider's own text reads as a verified sample.
+        "compact_tool_arguments": 0.5,
+        "quirks": {"reserialize_arguments": 0.5},
+    }
+    truth, exported = run_rows(tmp_path, monkeypatch, fixture, rows(32), config)
+    outcomes = collections.Counter()
+    for row in exported:
+        record = truth[row["generation_id"]]
+        exact = row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+        if row["verified"]:
+            assert exact, (record["provider"], record["tool_calls"])
+        rewriter = record["provider"] == wire.RESERIALISING_PROVIDER
+        if rewriter and record["tool_calls"]:
+            assert not row["verified"]
+            outcomes[row["verify_reason"]] += 1
+        elif not rewriter:
+            assert row["verified"] and row["verify_reason"] == "ok", row["verify_reason"]
+    # Caught where only a re-serialised reading fits; distrusted where the count is neutral.
+    assert set(outcomes) == {"tool_arguments_reserialised", "provider_reserialises_tool_arguments"}
+    assert outcomes["provider_reserialises_tool_arguments"] >= 3, outcomes
+
+    with Store(tmp_path / "run", create=False) as store:
+        details = store.db.execute(
+            "SELECT DISTINCT detail FROM samples WHERE reason = ?",
+            ("provider_reserialises_tool_arguments",),
+        ).fetchall()
+        assert details == [(FLAG_DETAIL,)]
+        # Flagging again (a resume) finds nothing left to flag.
+        assert flag_reserialising_providers(store) == 0
+
+
+def test_a_provider_never_caught_keeps_its_tool_call_samples(tmp_path, monkeypatch):
+    """Without the quirk, compact arguments passed through verbatim are proven, not doubted."""
+    config = {"seed": 3, "max_tokens": 60, "tool_call_rate": 1.0, "compact_tool_arguments": 0.5}
+    truth, exported = run_rows(tmp_path, monkeypatch, "kimi-k2.5", rows(16), config)
+    calls = 0
+    for row in exported:
+        record = truth[row["generation_id"]]
+        assert row["verified"] and row["verify_reason"] == "ok", row["verify_reason"]
+        assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+        calls += bool(record["tool_calls"])
+    assert calls >= 12
