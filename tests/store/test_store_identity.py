@@ -500,7 +500,7 @@ def test_a_real_full_disk_for_a_while_loses_nothing(tmp_path, sim, small_disk, c
 
 
 def test_a_store_deleted_mid_batch_run_stops_it_and_the_resume_pays_nothing_twice(tmp_path, sim):
-    # Batch mode writes through the run's writer too (before, it wrote on into the unlinked file).
+    # Batch mode writes through the run's writer too: the same stop, the same saved store.
     run_options = options(tmp_path, sim, batch=True, batch_size=5, batch_poll=0.05)
     db = run_options.out / "draftgen.sqlite"
     deleter = AfterStored(db, 5, db.unlink)

@@ -1,41 +1,20 @@
 """Every family's offline test tokenizers, by fixture name: one module per family of
-``draftgen.profiles``, of the same name.
+``draftgen.profiles``, of the same name, and ``generic`` for models no profile claims.
 """
 
 from __future__ import annotations
 
-from draftgen_testing.families import (
-    deepseek,
-    deepseek_v4,
-    generic,
-    glm,
-    glm5,
-    gpt_oss,
-    kimi,
-    kimi_k3,
-    llama,
-    minimax,
-    minimax_m3,
-    mistral,
-    qwen3,
-    qwen3_5,
-)
+import importlib
+
+from draftgen import profiles
+from draftgen_testing.families import generic
 from draftgen_testing.specs import FixtureSpec
 
-FAMILIES = (
-    kimi,
-    kimi_k3,
-    deepseek_v4,
-    deepseek,
-    qwen3_5,
-    qwen3,
-    glm5,
-    glm,
-    minimax_m3,
-    minimax,
-    gpt_oss,
-    mistral,
-    llama,
+# The module of each family of draftgen.profiles (named as there, in its detection order): a
+# family added there needs only its module here.
+FAMILIES = tuple(
+    importlib.import_module(f"{__name__}.{family.__name__.rpartition('.')[2]}")
+    for family in profiles.FAMILIES
 )
 
 # Models no profile claims: the generic profile's test tokenizers.
