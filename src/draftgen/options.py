@@ -149,6 +149,7 @@ POSITIVE = Check(lambda v: v >= 1, "is not a positive integer")
 NON_NEGATIVE = Check(lambda v: v >= 0, "is not a whole number of 0 or more")
 TEMPERATURE = Check(lambda v: 0 <= v <= 2, "is not within 0..2 (OpenRouter's range)")
 UNIT = Check(lambda v: 0 < v <= 1, "is not within 0 < P <= 1")
+SHARE = Check(lambda v: 0 <= v <= 1, "is not a share within 0..1")
 
 
 def _env_name(text: str) -> str:
@@ -648,6 +649,24 @@ class RunOptions:
         help="stop sending once spend plus the in-flight estimate would pass this many dollars "
         "(usage.cost, or the tokens at the listed prices where it is missing or implausible; "
         "default: no limit)",
+    )
+    keep_providers: bool = setting(
+        False,
+        kind=bool,
+        group="limits",
+        help="never leave a provider out: by default a live OpenRouter run stops sending to a "
+        "provider whose samples fail proof while the others' pass (provider.ignore; see "
+        "docs/providers.md) and buys its spoiled samples again elsewhere",
+    )
+    rebuy_budget: float = setting(
+        0.5,
+        kind=float,
+        check=SHARE,
+        metavar="SHARE",
+        group="limits",
+        help="what buying an excluded provider's spoiled samples again may cost, as a share of "
+        "what the run's first purchases cost; each is bought again once, and --max-cost still "
+        "holds (default {default}; 0: never)",
     )
     shutdown_grace: float = setting(
         30.0,

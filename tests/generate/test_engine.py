@@ -344,7 +344,7 @@ def test_fatal_api_and_store_errors_stop_the_run_with_how_to_resume(tmp_path):
 
             engine.work_chain = work_chain
             try:
-                await engine._work()
+                await engine._work(engine.produce())
             except RunError as exc:
                 messages.append(str(exc))
 

@@ -103,6 +103,10 @@ class Backend:
     batch_dialects: tuple[str, ...] = ()
     # What ``--backend NAME`` means, for the help: a phrase.
     help: str = ""
+    # (the run's routing preferences, providers to leave out) -> the preferences sent instead:
+    # how a run stops sending to a provider it caught serving something else. None: the API
+    # behind it routes to no providers (a self-hosted server), so none is ever left out.
+    route_around: Callable[[dict | None, list[str]], dict] | None = None
 
     @property
     def dialect(self) -> str:

@@ -111,6 +111,21 @@ def read_config_table(table: dict) -> dict:
     return {"provider": provider}
 
 
+def route_around(prefs: dict | None, providers: list[str]) -> dict:
+    """``prefs`` with ``providers`` added to ``provider.ignore`` (the user's own entries kept
+    first, none twice); ``only``, ``order`` and every other field as the user set them: OpenRouter
+    applies ``ignore`` after them, so an ordered or allowed provider left out is skipped."""
+    routed = dict(prefs or {})
+    ignore = list(routed.get("ignore") or [])
+    known = {name.lower() for name in ignore}
+    for provider in providers:
+        if provider.lower() not in known:
+            ignore.append(provider)
+            known.add(provider.lower())
+    routed["ignore"] = ignore
+    return routed
+
+
 BACKEND = Backend(
     name="openrouter",
     id_source="text",
@@ -130,4 +145,5 @@ BACKEND = Backend(
     probe="openrouter",
     batch_dialects=("openrouter", "openai-files"),
     help="OpenRouter or any OpenAI-compatible API, text only (ids rebuilt and verified)",
+    route_around=route_around,
 )

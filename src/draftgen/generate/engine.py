@@ -7,9 +7,11 @@ in flight at once are requested once; a resume skips every chain the store alrea
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -31,6 +33,7 @@ from draftgen.generate.client import (
 from draftgen.generate.contract import Destination, GenerationContext
 from draftgen.generate.endpoints import endpoint_specs
 from draftgen.generate.errors import RunError
+from draftgen.generate.judge import Exclusion, judge
 from draftgen.generate.native_turn import NativeTurns, TokenPrompt
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
@@ -44,11 +47,35 @@ from draftgen.inputs.plan import (
     build_messages,
     plan_turns,
     sample_chains,
+    sample_of,
 )
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
-from draftgen.records import Completion, Rendering
-from draftgen.store.database import REJECTED_NAME, SampleTally, Store, StoreError, StoreHalted
+from draftgen.records import Completion, GenerationSettings, Rendering
+from draftgen.store.database import (
+    REJECTED_NAME,
+    SampleTally,
+    Store,
+    StoreError,
+    StoreHalted,
+    completion_statements,
+    exclusion_statements,
+    replacement_statements,
+)
 from draftgen.tokens.rendering import ChatRenderer, request_variables
+
+_log = logging.getLogger("draftgen.generate")
+JUDGE_EVERY = 1.0  # seconds between judgements of the providers' figures (read every few)
+
+
+@dataclass
+class Rebuys:
+    """What buying an excluded provider's spoiled samples again came to."""
+
+    wanted: int = 0  # spoiled samples not bought again before
+    bought: int = 0
+    failed: int = 0  # the request failed: the spoiled completion stays, a resume tries again
+    over_budget: int = 0  # left, since buying them would pass the re-buy budget
+    cost: float = 0.0
 
 
 class LiveGeneration:
@@ -118,26 +145,47 @@ class LiveGeneration:
         # One thread renders prompts off the event loop, first come first served: requests leave in
         # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
         self.render_pool = SerialExecutor("draftgen-render")
-        self.rejected = open(options.out / REJECTED_NAME, "wb")
+        self.rejected_path = options.out / REJECTED_NAME
+        self.rejected = None  # opened at the first rejected row: buying again rejects none
         self.seen_ids = SourceIds()
         self.display = ProgressDisplay(self.progress, interval=options.progress_interval)
         self.workers: list[asyncio.Task] = []
         self.producer: asyncio.Task | None = None
+        # Providers caught serving something else are left out of every request from then on
+        # (the backend's ``route_around``); --keep-providers, or a backend that routes to no
+        # providers, never leaves one out. A resume goes on leaving out what the store records.
+        self.route_around = None if options.keep_providers else self.backend.route_around
+        self.excluded: list[str] = list(store.excluded_providers()) if self.route_around else []
+        self.rebuys = Rebuys()
+        self._rebuy_reserved = 0.0  # expected cost of the re-buys queued and not yet answered
 
     # -- the run ---------------------------------------------------------------------------------
 
     async def run(self) -> RunProgress:
         """Work every row, then close what the engine opened."""
+        await self._run(self.produce())
+        return self.progress
+
+    async def rebuy(self, spoiled: list[dict], allowance: float) -> Rebuys:
+        """Buy each of ``spoiled`` (``Store.spoiled_completions``) again, from providers other
+        than the excluded ones, as long as what they cost stays within ``allowance`` dollars;
+        each answer replaces its spoiled completion (kept aside, never lost) in one commit."""
+        self.rebuys.wanted = len(spoiled)
+        self.progress.total_rows = len(spoiled)
+        await self._run(self.produce_rebuys(spoiled, allowance))
+        return self.rebuys
+
+    async def _run(self, producer) -> None:
         try:
             await self.start_budget()
             # Thousands of requests in flight keep ~100,000 objects alive at once.
             with collecting_less():
                 async with self.client:
                     with self.display:
-                        await self._work()
+                        await self._work(producer)
         finally:
+            producer.close()  # never started if the budget or the client stopped the run first
             await self.close()
-        return self.progress
 
     async def start_budget(self) -> None:
         """Find the prices ``--max-cost`` counts by when a reported cost is not believed, and
@@ -151,20 +199,22 @@ class LiveGeneration:
 
     async def close(self) -> None:
         """Close what the engine opened; the writer last, since closing waits for its commits."""
-        self.rejected.close()
+        if self.rejected is not None:
+            self.rejected.close()
         self.seen_ids.close()
         self.render_pool.shutdown()
         await asyncio.to_thread(self.writer.close)
 
-    async def _work(self) -> None:
-        """The workers and the producer until every row is worked or the run stops; an API or
+    async def _work(self, producer) -> None:
+        """The workers and ``producer`` until every row is worked or the run stops; an API or
         store error that ends the run becomes a RunError that says how to resume."""
         signals = SignalStop(self, asyncio.get_running_loop())
         # The producer first: it fills the queue before the workers start, so each of them takes
         # its first row at once instead of every one of them waiting on the queue.
-        self.producer = asyncio.create_task(self.produce())
+        self.producer = asyncio.create_task(producer)
         self.producer.add_done_callback(self._on_producer_done)
         self.workers = [asyncio.create_task(self.worker()) for _ in range(self.options.concurrency)]
+        judging = asyncio.create_task(self.judge_providers()) if self.route_around else None
         signals.install()
         try:
             await asyncio.gather(*self.workers)
@@ -189,9 +239,10 @@ class LiveGeneration:
             ) from None
         finally:
             signals.remove()
-            for task in (self.producer, *self.workers):
+            tasks = (self.producer, *self.workers, *((judging,) if judging else ()))
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(self.producer, *self.workers, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self.halted is not None:
             raise RunError(str(self.halted)) from None
 
@@ -244,6 +295,39 @@ class LiveGeneration:
             return producer.exception()
         return None
 
+    # -- the providers ---------------------------------------------------------------------------
+
+    async def judge_providers(self) -> None:
+        """Judge the providers' figures as the tally last read them (``generate.judge``), every
+        ``JUDGE_EVERY`` seconds, and leave out each one caught."""
+        tally = self.progress.tally
+        while tally is not None:
+            await asyncio.sleep(JUDGE_EVERY)
+            for exclusion in judge(tally.providers, set(self.excluded)):
+                await self.exclude(exclusion)
+
+    async def exclude(self, exclusion: Exclusion) -> None:
+        """Send nothing more to ``exclusion.provider``, say so once with the evidence, and
+        record it so a resume goes on without it."""
+        self.excluded.append(exclusion.provider)
+        _log.warning(
+            "leaving provider %s out of the rest of the run (provider.ignore): %s; "
+            "--keep-providers keeps every provider",
+            exclusion.provider,
+            exclusion.evidence,
+        )
+        await self.writer.write(exclusion_statements(exclusion.provider, exclusion.evidence))
+
+    def sample_settings(self, sample: int) -> GenerationSettings:
+        """The settings sent for sample ``sample`` of a prompt, routed around the providers left
+        out."""
+        settings = self.settings.for_sample(sample)
+        if self.excluded and self.route_around is not None:
+            settings = replace(
+                settings, provider=self.route_around(settings.provider, self.excluded)
+            )
+        return settings
+
     # -- the producer ----------------------------------------------------------------------------
 
     async def produce(self) -> None:
@@ -259,6 +343,22 @@ class LiveGeneration:
                     continue
                 await self.queue.put(plans)
                 self.display.refresh()
+        for _ in range(self.options.concurrency):
+            await self.queue.put(None)
+
+    async def produce_rebuys(self, spoiled: list[dict], allowance: float) -> None:
+        """Queue each spoiled completion to be bought again while what the re-buys cost, spent
+        and expected (a re-buy is expected to cost what the spoiled answer did), stays within
+        ``allowance``; then one end mark per worker."""
+        for row in spoiled:
+            expected = max(row["cost"] or 0.0, 0.0)
+            if self.rebuys.cost + self._rebuy_reserved + expected > allowance:
+                self.rebuys.over_budget += 1
+                self.progress.rows_done += 1
+                continue
+            self._rebuy_reserved += expected
+            await self.queue.put(row)
+            self.display.refresh()
         for _ in range(self.options.concurrency):
             await self.queue.put(None)
 
@@ -296,6 +396,8 @@ class LiveGeneration:
         if shard is not None and not shard.holds_line(rejection.input, rejection.line):
             self.progress.total_rows -= 1
             return
+        if self.rejected is None:
+            self.rejected = open(self.rejected_path, "wb")  # noqa: SIM115 (closed by close())
         self.rejected.write(rejection.as_json() + b"\n")
         self.progress.rejected += 1
         self.progress.rows_done += 1
@@ -316,13 +418,17 @@ class LiveGeneration:
     async def worker(self) -> None:
         """Work queued rows until the end mark or a stop."""
         while (plans := await self.next_chain()) is not None:
-            await self.work_chain(plans)
+            if isinstance(plans, dict):
+                await self.rebuy_one(plans)
+            else:
+                await self.work_chain(plans)
             if not self.stop.is_set():
                 self.progress.row_worked()
             self.display.refresh()
 
-    async def next_chain(self) -> list[TurnPlan] | None:
-        """The next queued row's turns; None at the end mark or once the run stops."""
+    async def next_chain(self) -> list[TurnPlan] | dict | None:
+        """The next queued row's turns (or spoiled completion to buy again); None at the end
+        mark or once the run stops."""
         if self.stop.is_set():
             return None
         try:
@@ -421,7 +527,7 @@ class LiveGeneration:
         rendering, prompt = await self.render(plan, messages)
         body = orjson.dumps(
             self.backend.request_body(
-                self.settings.for_sample(plan.sample),
+                self.sample_settings(plan.sample),
                 messages,
                 plan.tools,
                 self.stream,
@@ -432,10 +538,7 @@ class LiveGeneration:
         request = orjson.dumps(
             {"messages": messages, "tools": plan.tools, "rendering": rendering.as_dict()}
         )
-        if self.started is not None:
-            # The first request sets it; the others need not take its lock again.
-            started, self.started = self.started, None
-            started.set()
+        self.sending()
         began = time.monotonic()
         try:
             completion, errors = await self.client.complete(body, self.stream)
@@ -459,6 +562,65 @@ class LiveGeneration:
             completion.prompt_tokens, completion.completion_tokens, completion.cost
         )
         return completion.content or "", completion.finish_reason
+
+    async def rebuy_one(self, spoiled: dict) -> None:
+        """Buy a spoiled completion's turn again with the request it was asked with (the same
+        messages and tools, the excluded providers left out) and store the answer in its place."""
+        expected = max(spoiled["cost"] or 0.0, 0.0)
+        try:
+            await self.buy_again(spoiled)
+        except RunStopped:
+            pass
+        except BudgetReached as exc:
+            self.request_stop(str(exc))
+        except StoreHalted as exc:
+            self.halt(exc)
+        except GenerationFailed as exc:
+            self.rebuys.failed += 1
+            _log.info("buying %s again failed (%s); it stays as it was", spoiled["key"], exc)
+        finally:
+            self._rebuy_reserved -= expected
+
+    async def buy_again(self, spoiled: dict) -> None:
+        request = spoiled["request"]
+        asked = orjson.loads(request)
+        body = orjson.dumps(
+            self.backend.request_body(
+                self.sample_settings(sample_of(spoiled["source_id"])),
+                asked["messages"],
+                asked.get("tools"),
+                self.stream,
+                self.options.logprobs,
+            )
+        )
+        self.sending()
+        began = time.monotonic()
+        completion, errors = await self.client.complete(body, self.stream)
+        self.count_cost(completion, request)
+        self.rebuys.cost += max(completion.cost, 0.0)
+        await self.writer.write(
+            replacement_statements(spoiled)
+            + completion_statements(
+                spoiled["key"],
+                spoiled["source_id"],
+                spoiled["turn"],
+                request,
+                completion,
+                len(errors) + 1,
+                [e.as_dict() for e in errors],
+                time.monotonic() - began,
+            )
+        )
+        self.rebuys.bought += 1
+        self.progress.record_completion(
+            completion.prompt_tokens, completion.completion_tokens, completion.cost
+        )
+
+    def sending(self) -> None:
+        """Set ``started`` as the first request is sent; the others need not take its lock."""
+        if self.started is not None:
+            started, self.started = self.started, None
+            started.set()
 
     def count_cost(self, completion: Completion, request: bytes) -> None:
         """Count what the completion costs by ``CostCounter`` beyond the ``usage.cost`` the client
@@ -507,6 +669,19 @@ class Live:
         started: threading.Event | None = None,
     ) -> RunProgress:
         return await LiveGeneration(ctx, store, destination, started).run()
+
+    async def rebuy(
+        self,
+        ctx: GenerationContext,
+        store: Store,
+        destination: Destination,
+        spoiled: list[dict],
+        allowance: float,
+        started: threading.Event | None = None,
+    ) -> tuple[Rebuys, RunProgress]:
+        """Buy ``spoiled`` again within ``allowance`` dollars (``LiveGeneration.rebuy``)."""
+        generation = LiveGeneration(ctx, store, destination, started)
+        return await generation.rebuy(spoiled, allowance), generation.progress
 
 
 def _in_lists(items: Iterator, size: int) -> Iterator[list]:

@@ -85,6 +85,16 @@ def sample_source_id(row_id: str, sample: int = 0) -> str:
     return f"{escaped}#{sample}" if sample else escaped
 
 
+def sample_of(source_id: str) -> int:
+    """Which sample of its row a stored ``source_id`` is (``sample_source_id`` read back): the
+    number after a ``#`` that ends a run of odd length, else 0."""
+    head, mark, number = source_id.rpartition("#")
+    if not mark or not number.isdigit():
+        return 0
+    run = len(head) - len(head.rstrip("#")) + 1
+    return int(number) if run % 2 else 0
+
+
 @dataclass
 class PlanCount:
     """What a run will ask for, counted before it sends anything."""

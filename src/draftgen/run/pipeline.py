@@ -31,6 +31,7 @@ from draftgen.profiles import DERIVED_LAYOUT
 from draftgen.reconstruct.background import BackgroundReconstruction
 from draftgen.run.context import RunContext
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
+from draftgen.run.rebuy import rebuy_spoiled
 from draftgen.store.database import REJECTED_NAME, Store
 from draftgen.tokens.tokenizer import tokenizer_digest
 
@@ -149,7 +150,11 @@ async def before_first_request(
         else ", ".join(f"{r.endpoint} ({r.server}: {r.checked})" for r in probed)
     )
     _log.info("sending to %s", where)
-    _log.info(describe_plan(planned, options.out / REJECTED_NAME), extra=_plan_fields(planned))
+    stored = min(store.row_count("completions"), planned.requests)
+    _log.info(
+        describe_plan(planned, options.out / REJECTED_NAME, stored),
+        extra=_plan_fields(planned, stored),
+    )
     return planned
 
 
@@ -189,10 +194,15 @@ def plan_run(ctx: RunContext) -> PlanCount:
     return planned
 
 
-def describe_plan(planned: PlanCount, rejected_path: Path) -> str:
+def describe_plan(planned: PlanCount, rejected_path: Path, stored: int = 0) -> str:
+    """What the run will ask for; ``stored``: completions an earlier run left in the directory
+    (a resume sends only the rest)."""
     per_turn = planned.completions_per_turn
-    text = (
-        f"planned {planned.requests} requests: {planned.turns} turns of {planned.shard_rows} "
+    text = f"planned {planned.requests} requests"
+    if stored:
+        text += f", {stored} already stored, at most {planned.requests - stored} to send"
+    text += (
+        f": {planned.turns} turns of {planned.shard_rows} "
         f"rows x {per_turn} completion{'s' if per_turn > 1 else ''} per turn"
     )
     if planned.rejected:
@@ -200,9 +210,11 @@ def describe_plan(planned: PlanCount, rejected_path: Path) -> str:
     return text + "; identical turns are sent once, and turns already stored not again"
 
 
-def _plan_fields(planned: PlanCount) -> dict:
+def _plan_fields(planned: PlanCount, stored: int = 0) -> dict:
     return {
         "planned_requests": planned.requests,
+        "already_stored": stored,
+        "to_send": planned.requests - stored,
         "planned_turns": planned.turns,
         "planned_rows": planned.shard_rows,
         "rejected": planned.rejected,
@@ -274,21 +286,25 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
                 "; ".join(profile.derived.describe()),
             )
         try:
-            progress = await choose_engine(options).generate(
-                ctx, store, destination, reconstruction.generation_started
-            )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await reconstruction.finish(interrupted=True)
-            raise
+            try:
+                progress = await choose_engine(options).generate(
+                    ctx, store, destination, reconstruction.generation_started
+                )
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await reconstruction.finish(interrupted=True)
+                raise
+            await reconstruction.finish(interrupted=progress.stopped == "interrupted")
+            stopped = progress.stopped
+            if stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
+                stopped = bought[1].stopped
         finally:
             if simulator is not None:
                 await simulator.close()
-        await reconstruction.finish(interrupted=progress.stopped == "interrupted")
         # A store deleted after the last commit would otherwise end the run "done" with its rows
         # in a file nothing can open again.
         store.identity.check(store.db)
-        return RunSummary(progress=progress, counts=store.counts(), stopped=progress.stopped)
+        return RunSummary(progress=progress, counts=store.counts(), stopped=stopped)
     finally:
         store.close()
 

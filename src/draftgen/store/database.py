@@ -32,7 +32,7 @@ import orjson
 from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, DerivedLayout
 from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
-from draftgen.store.batch_timing import batch_timing
+from draftgen.store.batch_timing import batch_timing, billed_without_rows
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -153,6 +153,28 @@ CREATE TABLE IF NOT EXISTS batch_rows (
 );
 CREATE INDEX IF NOT EXISTS batch_rows_by_key ON batch_rows (key);
 CREATE INDEX IF NOT EXISTS batch_rows_by_nonce ON batch_rows (nonce);
+-- Providers a live run caught serving something else and routes around (draftgen.generate.judge),
+-- kept so a resume goes on leaving them out.
+CREATE TABLE IF NOT EXISTS provider_exclusions (
+    provider TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    evidence TEXT NOT NULL
+);
+-- Completions of an excluded provider that failed proof and were bought again elsewhere: the
+-- completion as it was (paid for, so counted in the run's cost and the provider's figures),
+-- the check it failed, and when it was replaced. A key is re-bought once.
+CREATE TABLE IF NOT EXISTS replaced_completions (
+    key TEXT PRIMARY KEY,
+    provider TEXT,
+    cost REAL NOT NULL,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    latency REAL,
+    generation_id TEXT,
+    failed_check TEXT NOT NULL,
+    replaced_at REAL NOT NULL,
+    completion TEXT NOT NULL
+);
 """
 
 INSERT_COMPLETION = """
@@ -698,6 +720,11 @@ class Store:
             " CASE WHEN completion_tokens IS NULL THEN length(CAST(coalesce(content, '')"
             " || coalesce(reasoning, '') || coalesce(tool_calls, '') AS BLOB)) END"
             " FROM completions"
+            # Completions bought again were paid for too; their kept text bounds missing counts.
+            " UNION ALL SELECT cost, prompt_tokens, completion_tokens,"
+            " CASE WHEN prompt_tokens IS NULL THEN length(completion) END,"
+            " CASE WHEN completion_tokens IS NULL THEN length(completion) END"
+            " FROM replaced_completions"
         )
 
     def counts(self) -> dict:
@@ -706,10 +733,20 @@ class Store:
         # Each full scan of a table walks every row's overflow pages (answers, ids): one scan
         # gives all the sums of a table.
         # A negative cost (stored before usage was checked) never takes money off the total.
-        completions, cost, prompt_tokens, completion_tokens, retried = one(
+        completions, cost, prompt_tokens, completion_tokens = one(
             "SELECT count(*), coalesce(sum(max(cost, 0)), 0), coalesce(sum(prompt_tokens), 0),"
-            " coalesce(sum(completion_tokens), 0), coalesce(sum(attempts - 1), 0) FROM completions"
+            " coalesce(sum(completion_tokens), 0) FROM completions"
         )
+        # Where a batch API says what a batch charged, the run cost that: rows it billed and
+        # never returned (a cancelled batch's) count too.
+        cost += billed_without_rows(self.db)
+        # Failed attempts sent again, by kind: the one count of retries (progress counts alike).
+        retried = self.retried_errors()
+        rebuys = self.rebuy_figures()
+        # What was bought and replaced was paid for: the run's cost and tokens count it.
+        cost += rebuys["spoiled_cost"]
+        prompt_tokens += rebuys["spoiled_prompt_tokens"]
+        completion_tokens += rebuys["spoiled_completion_tokens"]
         figures = self.sample_figures()
         return {
             "completions": completions,
@@ -720,8 +757,8 @@ class Store:
             "cost_per_verified": round(cost / figures["verified"], 9)
             if figures["verified"]
             else None,
-            "retried_attempts": retried,
-            "retried_errors": self.retried_errors(),
+            "retried_attempts": sum(retried.values()),
+            "retried_errors": retried,
             "failures": dict(
                 self.db.execute(
                     "SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"
@@ -743,6 +780,9 @@ class Store:
             "exactness": self.exactness(),
             "endpoints": self.endpoint_figures(),
             "providers": self.provider_figures(),
+            # Only when a provider was left out: the run went on without it.
+            **({"excluded_providers": excluded} if (excluded := self.excluded_providers()) else {}),
+            **({"rebuys": rebuys} if rebuys["rebought"] else {}),
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
             "batches": self.batch_figures(),
@@ -755,6 +795,65 @@ class Store:
     def provider_figures(self) -> dict[str, dict]:
         """Per provider (``provider_figures``), most completions first."""
         return provider_figures(self.db)
+
+    def excluded_providers(self) -> dict[str, dict]:
+        """The providers a run left out (``draftgen.generate.judge``): name -> when (``at``, a
+        Unix time) and the evidence, in the order they were left out."""
+        return {
+            provider: {"at": at, "evidence": evidence}
+            for provider, at, evidence in self.db.execute(
+                "SELECT provider, at, evidence FROM provider_exclusions ORDER BY at, provider"
+            )
+        }
+
+    def exclude_provider(self, provider: str, evidence: str) -> None:
+        """Record ``provider`` as left out of the run (``excluded_providers``)."""
+        for sql, params in exclusion_statements(provider, evidence):
+            self.db.execute(sql, params)
+
+    def spent(self) -> float:
+        """What every completion bought cost (a negative cost counts 0), those replaced by a
+        re-buy included."""
+        return (
+            self.db.execute("SELECT coalesce(sum(max(cost, 0)), 0) FROM completions").fetchone()[0]
+            + self.rebuy_figures()["spoiled_cost"]
+        )
+
+    def spoiled_completions(self, providers: list[str]) -> list[dict]:
+        """The completions of ``providers`` whose sample failed a check (not one cut at
+        max_tokens, which another provider would cut too) and that were not bought again yet,
+        in storage order: every column, and the check failed as ``failed_check``."""
+        if not providers:
+            return []
+        marks = ", ".join("?" * len(providers))
+        cursor = self.db.execute(
+            "SELECT c.*, s.reason AS failed_check FROM completions c JOIN samples s"
+            " ON s.key = c.key WHERE s.verified = 0 AND s.truncated = 0"
+            f" AND c.provider IN ({marks})"
+            " AND c.key NOT IN (SELECT key FROM replaced_completions) ORDER BY c.rowid",
+            providers,
+        )
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    def rebuy_figures(self) -> dict:
+        """Completions bought again after their provider was left out: how many, what the
+        spoiled ones cost (and their tokens), and what buying them again cost."""
+        rebought, spoiled, prompt, completion = self.db.execute(
+            "SELECT count(*), coalesce(sum(max(cost, 0)), 0), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0) FROM replaced_completions"
+        ).fetchone()
+        again = self.db.execute(
+            "SELECT coalesce(sum(max(c.cost, 0)), 0) FROM completions c"
+            " JOIN replaced_completions r ON r.key = c.key"
+        ).fetchone()[0]
+        return {
+            "rebought": rebought,
+            "spoiled_cost": round(spoiled, 9),
+            "spoiled_prompt_tokens": prompt,
+            "spoiled_completion_tokens": completion,
+            "rebuy_cost": round(again, 9),
+        }
 
     def derived_layout(self) -> list[str]:
         """What the generic profile derived from the chat template, a line per item ([]: the
@@ -1447,14 +1546,20 @@ def read_side_file(path: Path) -> list[tuple[str, tuple]]:
 # A provider's figures, one row per (provider, reason a sample failed): one pass over the
 # completions, the median latency ranked in the same pass (nearest rank, as the report's).
 PROVIDER_FIGURES = """
-WITH served AS (
-    SELECT coalesce(c.provider, '') AS provider, max(c.cost, 0) AS cost, c.latency,
+WITH bought AS (
+    SELECT coalesce(c.provider, '') AS provider, max(c.cost, 0) AS cost, c.latency AS latency,
         s.key IS NOT NULL AS sampled, s.verified = 1 AND s.truncated = 0 AS proven,
-        s.truncated = 1 AS cut, CASE WHEN s.verified = 0 THEN s.reason END AS failed,
-        row_number() OVER (PARTITION BY coalesce(c.provider, '')
-            ORDER BY c.latency IS NULL, c.latency) AS latency_rank,
-        count(c.latency) OVER (PARTITION BY coalesce(c.provider, '')) AS timed
+        s.truncated = 1 AS cut, CASE WHEN s.verified = 0 THEN s.reason END AS failed
     FROM completions c LEFT JOIN samples s ON s.key = c.key
+    -- What a provider served that was bought again elsewhere is still its, failed as it was.
+    UNION ALL
+    SELECT coalesce(provider, ''), max(cost, 0), latency, 1, 0, 0, failed_check
+    FROM replaced_completions
+), served AS (
+    SELECT *, row_number() OVER (PARTITION BY provider
+            ORDER BY latency IS NULL, latency) AS latency_rank,
+        count(latency) OVER (PARTITION BY provider) AS timed
+    FROM bought
 )
 SELECT provider, failed, count(*), coalesce(sum(sampled), 0), coalesce(sum(proven), 0),
     coalesce(sum(cut), 0), sum(cost), max(CASE WHEN latency_rank = (timed + 1) / 2 THEN latency END)
@@ -1875,6 +1980,52 @@ def _settle_futures(futures: list[asyncio.Future], error: Exception | None) -> N
             future.set_result(None)
         else:
             future.set_exception(error)
+
+
+def exclusion_statements(provider: str, evidence: str) -> list[tuple[str, tuple]]:
+    """The statement that records ``provider`` as left out (the first record of it stays)."""
+    return [
+        (
+            "INSERT OR IGNORE INTO provider_exclusions (provider, at, evidence) VALUES (?, ?, ?)",
+            (provider, time.time(), evidence),
+        )
+    ]
+
+
+def replacement_statements(old: dict) -> list[tuple[str, tuple]]:
+    """The statements that set aside the completion ``old`` (a row of ``spoiled_completions``)
+    with everything it held, and the sample made of it, so the completion bought again takes its
+    key; ``completion_statements`` of the new one follow in the same transaction."""
+    key = old["key"]
+    kept = {
+        name: (value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+        for name, value in old.items()
+    }
+    row = (
+        key,
+        old["provider"],
+        old["cost"],
+        old["prompt_tokens"],
+        old["completion_tokens"],
+        old["latency"],
+        old["generation_id"],
+        old["failed_check"],
+        time.time(),
+        orjson.dumps(kept).decode(),
+    )
+    return [
+        (
+            "INSERT OR IGNORE INTO replaced_completions (key, provider, cost, prompt_tokens,"
+            " completion_tokens, latency, generation_id, failed_check, replaced_at, completion)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            row,
+        ),
+        *((f"DELETE FROM {table} WHERE key = ?", (key,)) for table in KEYED_TABLES),
+    ]
+
+
+# What a stored completion's key holds: the completion and what was made of it.
+KEYED_TABLES = ("completions", "samples", "server_ids", "logprob_tokens")
 
 
 def completion_statements(
