@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from draftgen.cli import main as cli
+from draftgen.cli.present import format_estimate
 from draftgen.run.estimate import EstimateError, EstimateOptions, estimate
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.tokens.rendering import render_prompt
@@ -161,3 +162,54 @@ def test_estimate_command_shares_runs_config_and_flags(tmp_path, monkeypatch, ca
                 options(tmp_path, [], datasets=[DatasetSpec(str(tmp_path / "p.jsonl"), weight=2)])
             )
         )
+
+
+def test_the_models_providers_are_listed_priced_and_judged_by_the_pilot(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "k")
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 24)]
+    config = SimConfig(tokenizer=TOKENIZER, quirks={"template_revision": 0.25})
+    with SimulatorThread(config) as running:
+        result = asyncio.run(
+            estimate(
+                options(
+                    tmp_path,
+                    inputs,
+                    base_url=running.base_url,
+                    max_tokens=400,
+                    pilot=24,
+                    provider={"ignore": ["chutes"]},
+                )
+            )
+        )
+    rows = {p["provider"]: p for p in result.providers}
+    assert sorted(rows) == ["AtlasCloud", "Chutes", "Parasail", "SiliconFlow"]
+    assert [name for name, p in rows.items() if not p["routed"]] == ["Chutes"]
+    atlas = rows["AtlasCloud"]
+    # Every simulated provider lists the model's price: the run costs the same at each.
+    assert (atlas["cost_low"], atlas["cost_high"]) == (result.cost_low, result.cost_high)
+    assert atlas["route"] == "atlas-cloud/fp8" and atlas["quantization"] == "fp8"
+    # The pilot's samples judge them: the provider of another template revision proves only
+    # the prompts its revision renders alike (those with a system prompt of their own).
+    parasail = rows["Parasail"]["pilot"]
+    assert 0 <= parasail["verified"] < parasail["samples"]
+    assert rows["Chutes"]["pilot"] is None  # it served nothing: the routing left it out
+    text = format_estimate(result)
+    assert "  providers          4 listed (draftgen providers MODEL --probe N)" in text
+    assert next(line for line in text.splitlines() if "Chutes" in line).endswith(
+        "(left out by [openrouter.provider])"
+    )
+    assert f"pilot: {parasail['verified']} of {parasail['samples']} verified" in text
+
+
+def test_a_routing_that_allows_no_listed_provider_is_noted(tmp_path, sim, monkeypatch):
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "k")
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 4)]
+    result = asyncio.run(
+        estimate(
+            options(
+                tmp_path, inputs, base_url=sim.base_url, max_tokens=10, provider={"only": ["x"]}
+            )
+        )
+    )
+    assert not any(p["routed"] for p in result.providers)
+    assert any("allows none of the listed providers" in note for note in result.notes)

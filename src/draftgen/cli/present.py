@@ -300,8 +300,41 @@ def format_estimate(result) -> str:
             f"{result.pilot['mean_completion_tokens']:.0f} tokens, cost "
             f"${result.pilot['cost']:.4f}"
         )
+    lines.extend(_estimate_providers(result.providers))
     lines.extend(f"  note: {note}" for note in result.notes)
     return "\n".join(lines)
+
+
+def _estimate_providers(providers: list[dict]) -> list[str]:
+    """A line per listed provider, cheapest first: its price, the run's cost at it, whether the
+    routing lets it serve, and what the pilot's samples of it proved."""
+    if not providers:
+        return []
+    lines = [f"  providers          {len(providers)} listed (draftgen providers MODEL --probe N)"]
+    width = max(len(printable(p["provider"])) for p in providers)
+
+    def price(p: dict) -> float:
+        return p["cost_high"] if p["cost_high"] is not None else p["cost_low"] or float("inf")
+
+    for p in sorted(providers, key=price):
+        text = f"    {printable(p['provider']):<{width}}"
+        if p["price_in"] is not None and p["price_out"] is not None:
+            text += f"  ${p['price_in'] * 1e6:.4g} / ${p['price_out'] * 1e6:.4g} per M"
+        if p["cost_low"] is not None:
+            high = f"${p['cost_high']:.2f}" if p["cost_high"] is not None else "?"
+            text += f"  cost ${p['cost_low']:.2f} .. {high}"
+        if p["quantization"]:
+            text += f"  {printable(p['quantization'])}"
+        if pilot := p["pilot"]:
+            per = pilot["cost_per_verified"]
+            text += (
+                f"  pilot: {pilot['verified']} of {pilot['samples']} verified, $ per verified "
+                + (usd(per) if per is not None else "-")
+            )
+        if not p["routed"]:
+            text += "  (left out by [openrouter.provider])"
+        lines.append(text)
+    return lines
 
 
 def _duration(seconds: float | None) -> str:

@@ -14,7 +14,13 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from draftgen.backends.listing import LISTING_TIMEOUT, listed_prices  # noqa: F401
+from draftgen.backends import get_backend
+from draftgen.backends.listing import (  # noqa: F401
+    LISTING_TIMEOUT,
+    ListingError,
+    listed_prices,
+    model_endpoints,
+)
 from draftgen.errors import DraftgenError
 from draftgen.inputs.ingest import Rejection
 from draftgen.inputs.mix import MixError, read_suite
@@ -63,6 +69,10 @@ class Estimate:
     batch_cost_low: float | None = None
     batch_cost_high: float | None = None
     batch_rounds: int = 0
+    # The model's providers on OpenRouter (the endpoints listing), each with the run priced at
+    # its prices, whether the run's [openrouter.provider] routing lets it serve, and with a
+    # pilot, what its samples proved.
+    providers: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +109,7 @@ async def estimate(options: RunOptions) -> Estimate:
         )
     await find_prices(options, result)
     _price_and_time(options, result)
+    await find_providers(options, result)
     if options.max_cost is not None and (result.cost_high or 0) > options.max_cost:
         result.notes.append(
             f"the cost may pass --max-cost {options.max_cost:g}: the run would stop there"
@@ -153,9 +164,16 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
     """Send ``pilot`` prompts through a real run in a scratch directory and measure them."""
     with tempfile.TemporaryDirectory(prefix="draftgen-estimate-") as scratch:
         limit = options.pilot if options.limit is None else min(options.pilot, options.limit)
-        # A pilot is live and whole: the flags about how a run proceeds are not its.
+        # A pilot is live and whole: the flags about how a run proceeds are not its. It measures
+        # every provider as it is, so it leaves none out and buys nothing again.
         pilot_options = replace(
-            options, out=Path(scratch), limit=limit, samples=1, batch=False, shard=None
+            options,
+            out=Path(scratch),
+            limit=limit,
+            samples=1,
+            batch=False,
+            shard=None,
+            keep_providers=True,
         )
         summary = await run(_as_run_options(pilot_options))
         with Store(Path(scratch), create=False) as store:
@@ -191,6 +209,7 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
         "max_completion_tokens": max(tokens),
         "tokens_per_second": speed,
         "cost": summary.counts.get("cost", 0.0),
+        "providers": summary.counts.get("providers", {}),
     }
 
 
@@ -242,6 +261,65 @@ async def find_batch_price(options: EstimateOptions, result: Estimate) -> None:
         result.batch_price_source = "listing"
     else:
         result.notes.append(f"no batch price: {listed} (the model may have no batch endpoint)")
+
+
+async def find_providers(options: EstimateOptions, result: Estimate) -> None:
+    """The model's providers from the endpoints listing, where the backend routes to providers
+    (OpenRouter): the run priced at each one's prices, whether the run's routing allows it, and
+    the pilot's figures of it; a note if the listing cannot be had or the routing allows none."""
+    if options.base_url is None or get_backend(options.backend).route_around is None:
+        return
+    try:
+        endpoints = await model_endpoints(
+            _urls(options.base_url)[0], options.model, os.environ.get(options.api_key_env)
+        )
+    except ListingError as exc:
+        result.notes.append(f"no provider listing: {exc}")
+        return
+    pilot = result.pilot.get("providers", {})
+    for endpoint in endpoints:
+        name = endpoint.provider or endpoint.name or "?"
+        price_in, price_out = endpoint.prompt_price, endpoint.completion_price
+        priced = price_in is not None and price_out is not None
+        prompt_cost = result.prompt_tokens * price_in if priced else None
+        figures = pilot.get(name)
+        result.providers.append(
+            {
+                "provider": name,
+                "route": endpoint.route,
+                "quantization": endpoint.quantization,
+                "status": endpoint.status,
+                "price_in": price_in,
+                "price_out": price_out,
+                "cost_low": prompt_cost + (result.output_low or 0) * price_out if priced else None,
+                "cost_high": prompt_cost + result.output_high * price_out
+                if priced and result.output_high is not None
+                else None,
+                "routed": routed(options.provider, endpoint.provider, endpoint.tag),
+                "pilot": {
+                    "samples": figures["samples"],
+                    "verified": figures["verified"],
+                    "cost_per_verified": figures.get("cost_per_verified"),
+                }
+                if figures
+                else None,
+            }
+        )
+    if result.providers and not any(p["routed"] for p in result.providers):
+        result.notes.append(
+            "[openrouter.provider] allows none of the listed providers: every request would be "
+            "refused (404 'No allowed providers'); fix its only/ignore lists"
+        )
+
+
+def routed(prefs: dict | None, provider: str | None, tag: str | None) -> bool:
+    """Whether routing ``prefs`` (``only``, ``ignore``) lets the endpoint of ``provider`` (its
+    ``tag``, "deepinfra/fp8") serve: each names an endpoint by its provider's name, its tag or
+    the tag's provider slug, in any case."""
+    names = {n.lower() for n in (provider, tag, (tag or "").partition("/")[0]) if n}
+    listed = lambda key: {str(n).lower() for n in (prefs or {}).get(key) or []}  # noqa: E731
+    only, ignore = listed("only"), listed("ignore")
+    return (not only or bool(names & only)) and not names & ignore
 
 
 def _price_and_time(options: EstimateOptions, result: Estimate) -> None:
