@@ -346,6 +346,7 @@ def _probe_options(
         limit=options.limit or (DEFAULT_PROBE_ROWS if given else None),
         batch=False,
         shard=None,
+        keep_providers=True,  # a probe judges one provider as it is: nothing left out or re-bought
     )
 
 
