@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from draftgen.cli.present import format_status
 from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.simulator.wire import REVISION_PROVIDER
@@ -93,6 +94,9 @@ def test_the_provider_serving_another_template_is_left_out_and_its_samples_bough
         sum(p["cost"] for p in counts["providers"].values()), abs=1e-9
     )
     assert rebuys["rebuy_cost"] <= 0.5 * (counts["cost"] - rebuys["rebuy_cost"])
+    text = format_status(counts, tmp_path / "run")
+    assert f"  left out:\n    {REVISION_PROVIDER}: {evidence}\n" in text
+    assert f"  bought again        {spoiled} spoiled samples for $" in text
     with Store(tmp_path / "run") as store:
         kept = store.db.execute("SELECT completion FROM replaced_completions").fetchall()
         # Everything the spoiled completion held is kept, never lost.

@@ -119,6 +119,7 @@ def format_status(counts: dict, run_dir: Path) -> str:
         lines.append("  profile             generic: layout derived from the chat template")
         lines.extend(f"    {printable(line)}" for line in counts["derived_layout"])
     lines.extend(format_provider_figures(counts.get("providers")))
+    lines.extend(format_left_out(counts.get("excluded_providers"), counts.get("rebuys")))
     lines.extend(format_exactness(counts.get("exactness") or {}))
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
     lines.extend(format_batches(counts.get("batches") or {}))
@@ -162,6 +163,25 @@ def format_provider_figures(providers: dict | None) -> list[str]:
             f"{share}  cost {usd(row['cost'])}  $ per verified {usd(row['cost_per_verified'])}"
             + (f"  truncated {row['truncated']}" if row["truncated"] else "")
             + (f"  failed: {reasons}" if reasons else "")
+        )
+    return lines
+
+
+def format_left_out(excluded: dict | None, rebuys: dict | None) -> list[str]:
+    """The providers the run left out, with the evidence, and what buying their spoiled samples
+    again came to (docs/providers.md)."""
+    lines = []
+    if excluded:
+        lines.append("  left out:")
+        lines.extend(
+            f"    {printable(name)}: {printable(entry['evidence'])}"
+            for name, entry in excluded.items()
+        )
+    if rebuys:
+        lines.append(
+            f"  bought again        {rebuys['rebought']} spoiled samples for "
+            f"{usd(rebuys['rebuy_cost'])} (the spoiled ones cost {usd(rebuys['spoiled_cost'])}, "
+            "counted in the cost above)"
         )
     return lines
 
