@@ -1607,9 +1607,11 @@ def provider_figures(db: sqlite3.Connection) -> dict[str, dict]:
     return dict(sorted(figures.items(), key=lambda item: (-item[1]["completions"], item[0])))
 
 
-# The per-provider figures of a live display are read at most this often, and less often when
-# reading them takes longer than this share of the time (a full pass over a large store).
-FIGURES_EVERY = 5.0
+# The samples' count and the per-provider figures of a live run (its display, and the judge of
+# its providers, which leaves a provider out as soon as they condemn it) are read at most this
+# often, and less often when reading takes longer than this share of the time (a full pass over
+# a large store).
+FIGURES_EVERY = 1.0
 FIGURES_SHARE = 0.05
 
 
@@ -1619,7 +1621,7 @@ class SampleTally:
     display reads a few numbers, the loop never waits."""
 
     def __init__(
-        self, path: Path, every: float = 2.0, figures_every: float = FIGURES_EVERY
+        self, path: Path, every: float = FIGURES_EVERY, figures_every: float = FIGURES_EVERY
     ) -> None:
         self.path = path
         self.every = every
@@ -1658,11 +1660,13 @@ class SampleTally:
             return  # a figure of the display only: the run goes on without it
         try:
             while True:
+                started = time.monotonic()
                 try:
                     self.count(db)
                 except sqlite3.Error:
                     pass
-                if self._stop.wait(self.every):
+                spent = time.monotonic() - started
+                if self._stop.wait(max(self.every, spent / FIGURES_SHARE)):
                     with contextlib.suppress(sqlite3.Error):
                         self.count(db, figures=True)  # the figures as the display closes
                     return
