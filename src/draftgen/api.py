@@ -195,19 +195,16 @@ class RunDir:
     def sample(self, sample_id: str) -> dict:
         """One sample (``draftgen show``): its export id (``SOURCE_ID:TURN``) or key, verdict,
         ids, and ``tokens``: each id's text as the run's tokenizer decodes it alone."""
-        from draftgen.tokens.tokenizer import decode_batch, load_tokenizer
+        from draftgen.outputs.show import sample_tokens
 
         with Store(self.path, create=False) as store:
             self._prepare(store)
-            record = store.sample_record(sample_id)
-            spec = store.meta("tokenizer")
+            record = sample_tokens(store, sample_id)
         if record is None:
             raise StoreError(
                 f"{self.path} has no sample {sample_id!r}: give an id as exports write it "
                 "(SOURCE_ID:TURN) or a sample key"
             )
-        tokenizer = load_tokenizer(spec)
-        record["tokens"] = decode_batch(tokenizer, [[i] for i in record["input_ids"]])
         return record
 
     def cancel(self, api_key_env: str | None = None) -> list[str]:

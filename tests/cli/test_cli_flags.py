@@ -112,6 +112,25 @@ def test_run_says_what_it_plans_before_it_starts(tmp_path, monkeypatch):
         "(reasons in run/rejected.jsonl); identical turns are sent once, "
         "and turns already stored not again"
     )
+    # A resume says what is stored already and what is left.
+    stored = json.loads(draftgen("status", "run", "--json").stdout)["completions"]
+    result = draftgen(*argv, "--out", "run", "--completions-per-turn", "2")
+    assert result.returncode == 0, result.stderr
+    (plan,) = [line for line in result.stderr.splitlines() if "planned" in line]
+    assert 0 < stored <= 24
+    assert (
+        f"draftgen.run: planned 24 requests, {stored} already stored, at most {24 - stored} to "
+        "send: 12 turns of 10 rows x 2 completions per turn;" in plan
+    )
+    from draftgen.inputs.plan import PlanCount
+    from draftgen.run.pipeline import _plan_fields
+
+    fields = _plan_fields(PlanCount(turns=12, completions_per_turn=2), stored)
+    assert (fields["planned_requests"], fields["already_stored"], fields["to_send"]) == (
+        24,
+        stored,
+        24 - stored,
+    )
 
 
 def test_nothing_to_plan_exits_2_in_one_sentence(tmp_path, monkeypatch):

@@ -16,6 +16,8 @@ import pytest
 from conftest import draftgen
 from sample_runs import make_run
 
+from draftgen.redact import usd
+
 HUB_ID = "moonshotai/Kimi-K2.5"
 KEY = "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"
 OPAQUE = "kdh3J2DgHqmOdDiPUXnj7XkXSQd9UEbIPEtykHPL"  # 40 random base62 characters
@@ -243,7 +245,7 @@ def test_status_of_a_folder_of_runs_lists_them(run_dir, tmp_path):
             f"({share}),",
             str(failures),
             "failures,",
-            f"${status['cost']:.4f}",
+            usd(status["cost"]),  # money as every command prints it
         ]
     assert lines[3] == "draftgen status RUN_DIR shows one of them in full"
     listed = json.loads(draftgen("status", str(folder), "--json").stdout)["runs"]

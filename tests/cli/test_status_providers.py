@@ -20,8 +20,9 @@ def test_status_prints_a_line_per_provider_and_the_headline(tmp_path):
     result = draftgen("status", str(run_dir))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    cost = next(i for i, line in enumerate(lines) if line.startswith("  completions stored"))
-    assert "(cost $0.0220," in lines[cost]
+    cost = next(i for i, line in enumerate(lines) if line.startswith("  cost "))
+    assert lines[cost - 1] == "  completions stored  11  (tokens 33 prompt + 22 completion)"
+    assert lines[cost] == "  cost                $0.0220"
     # The headline sits under the cost it divides.
     assert lines[cost + 1] == "  $ per verified      $0.00550  (cost over 4 verified samples)"
     start = lines.index("  providers:")

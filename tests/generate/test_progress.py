@@ -91,7 +91,9 @@ def test_the_plain_line_carries_every_figure(capsys):
     assert record["in_flight"] == 7 and record["verified_share"] == 0.75
     assert record["retried_errors"] == {"rate_limited": 2}
     assert record["failed_turns"] == {"gave_up_after_2_attempts": 1}
-    assert "verified 75.0%" in record["message"] and "elapsed 0:00:00" in record["message"]
+    assert "| verified 3/4 (75.0%) |" in record["message"]
+    assert "elapsed 0:00:00" in record["message"]
+    assert (record["verified"], record["samples_reconstructed"]) == (3, 4)
     assert "retried: rate_limited 2; failed turns: gave_up_after_2_attempts 1" in record["message"]
     # The headline: what the store paid over the samples it verified.
     assert "| $/verified $0.000100 |" in record["message"]
@@ -162,8 +164,35 @@ def test_turns_add_up_and_live_errors_equal_the_final_summary(tmp_path, monkeypa
     # Live figures are the summary's: retried attempts by kind, failed turns by reason.
     assert sum(fresh.retried.values()) > 0 and sum(fresh.failures.values()) > 0
     assert first.counts["retried_errors"] == dict(fresh.retried)
+    # One count of retries: status's retried attempts are the failed attempts sent again.
+    assert first.counts["retried_attempts"] == sum(fresh.retried.values())
     assert first.counts["failures"] == dict(fresh.failures)
     # A resume finds the stored turns (from an earlier run, so not duplicates) and retries
     # only the failed ones.
     assert again.turns_reused > 0 and again.turns_duplicate == 0
     assert again.turns_done + again.turns_failed == fresh.turns_failed
+
+
+def test_the_verified_count_follows_the_reconstruction_to_the_last_line(capsys):
+    from draftgen import logs
+
+    logs.configure("info", json=True)
+
+    class Tally:  # nothing reconstructed while the run worked, all of it as it stopped
+        samples, verified = 0, 0
+        providers: dict = {}
+
+        def start(self): ...
+
+        def stop(self):
+            Tally.samples, Tally.verified = 25, 23
+
+    progress = RunProgress(total_rows=27, rows_done=27, turns_done=25)
+    progress.watch(tally=Tally())
+    assert "| verified - (none reconstructed yet) |" in progress.line()
+    with ProgressDisplay(progress, interval=3600, stream=io.StringIO()):
+        pass
+    record = json.loads(capsys.readouterr().err.splitlines()[-1])
+    # The last line is written after the tally's last count: what the summary will say.
+    assert "| verified 23/25 (92.0%) |" in record["message"]
+    assert (record["verified"], record["samples_reconstructed"]) == (23, 25)

@@ -202,3 +202,56 @@ def test_a_signal_while_the_sidecar_is_written_leaves_neither_half_written(run_d
     assert process.returncode == 130, stderr
     marker.unlink()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+# The export command with the renames held up: once inside the swap it marks and waits a
+# moment (for the signal), then puts the finished export in place.
+SLOW_SWAP = """
+import contextlib, sys, time
+from pathlib import Path
+import draftgen.outputs.export as export
+
+swap = export.StopSignals.swap
+
+@contextlib.contextmanager
+def slow_swap(self):
+    with swap(self):
+        Path(sys.argv[1]).touch()
+        time.sleep(1.0)
+        yield
+
+export.StopSignals.swap = slow_swap
+from draftgen.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_signal_during_the_final_rename_ends_in_success(run_dir, tmp_path):
+    out = tmp_path / "train.jsonl"
+    marker = tmp_path / "swapping"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SWAP, str(marker), "export", str(run_dir), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 8
+    while not marker.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the export never reached its renames"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=8)
+    # The export was complete once in place: it is reported as written, and the command succeeds.
+    assert process.returncode == 0, stderr
+    assert stdout == f"wrote 3 rows to {out}\n"
+    assert (
+        f"WARNING draftgen.export: SIGTERM came once {out} was in place, complete: the export "
+        "is kept and the command ends as it would have" in stderr
+    )
+    assert len(out.read_text().splitlines()) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "swapping",
+        "train.jsonl",
+        "train.jsonl.meta.json",
+    ]

@@ -540,3 +540,89 @@ def test_screenshot_is_not_blank_and_draws_the_charts(run_dir, tmp_path):
     for rgb in ((0x3A, 0x9A, 0x5B), (0xE0, 0x8A, 0x2E), (0xC2, 0x45, 0x3D), (0x2F, 0x6D, 0xB5)):
         matches = np.all(np.abs(pixels.astype(int) - rgb) <= 3, axis=2).sum()
         assert matches > 500, f"no chart drawn in #{bytes(rgb).hex()}"
+
+
+def test_sample_rows_show_each_token_as_draftgen_show_does(run_dir, report):
+    from draftgen.api import RunDir
+    from draftgen.outputs.report import ANSWER_HEAD, PROMPT_TAIL
+
+    shown = report["sample_rows"]["samples"]
+    assert report["sample_rows"]["unavailable"] is None
+    db = sqlite3.connect(run_dir / "draftgen.sqlite")
+    kinds = {
+        "verified": "s.verified = 1 AND s.truncated = 0",
+        "unverified": "s.verified = 0 AND s.truncated = 0",
+        "truncated": "s.truncated = 1",
+    }
+    # The first stored sample of each kind, in the order the report reads them.
+    firsts = [
+        db.execute(
+            "SELECT c.source_id || ':' || c.turn FROM completions c JOIN samples s ON s.key ="
+            f" c.key WHERE {where} ORDER BY c.created_at, c.rowid LIMIT 1"
+        ).fetchone()[0]
+        for where in kinds.values()
+    ]
+    assert [s["id"] for s in shown] == firsts
+    page = (run_dir / "report.html").read_text()
+    for entry in shown:
+        sample = RunDir.open(run_dir).sample(entry["id"])  # draftgen show's data
+        pairs = [list(p) for p in zip(sample["input_ids"], sample["tokens"], strict=True)]
+        prompt, answer = pairs[: sample["prompt_len"]], pairs[sample["prompt_len"] :]
+        assert entry["prompt_tail"] == prompt[-PROMPT_TAIL:]
+        assert entry["answer"] == answer[:ANSWER_HEAD]
+        assert (entry["prompt_tokens"], entry["answer_tokens"]) == (len(prompt), len(answer))
+        assert entry["command"] == f"draftgen show {run_dir} {entry['id']}"
+        assert html.escape(entry["command"]) in page
+        token_id, text = entry["answer"][0]
+        # Each token a box whose hover title names its id and spells its text out.
+        assert f'<span class="tok" title="id {token_id}: ' in page
+    assert page.count('<div class="tokens">') == len(shown) == 3
+
+
+def test_a_batch_run_draws_its_rounds_and_their_time_not_a_throughput(report):
+    import re
+
+    from draftgen.outputs.report import GREEN, GREY, render_html
+
+    batches = {
+        "final": {"completed": 1, "cancelled": 1},
+        "in_flight": [{"batch_id": "batch_c", "nonce": "c", "status": "in_progress", "rows": 4}],
+        "rows_in_flight": 4,
+        "charged": 0.0035,
+        "timing": {
+            "window_seconds": 86400,
+            "finished_batches": 1,
+            "typical_seconds": 840.0,
+            "oldest_age_seconds": 300.0,
+            "worst_cost_in_flight": 0.25,
+            "eta_seconds": [540.0, 86100.0],
+            "billed_without_rows": 0.0015,
+        },
+    }
+    rounds = [
+        {"round": 1, "batch": "batch_a", "status": "cancelled", "in_flight": False,
+         "sent_at": 1000.0, "seconds": 60.0, "rows": 5, "answered": 0, "charged": 0.0015},
+        {"round": 2, "batch": "batch_b", "status": "completed", "in_flight": False,
+         "sent_at": 1060.0, "seconds": 840.0, "rows": 5, "answered": 5, "charged": 0.002},
+        {"round": 3, "batch": "batch_c", "status": "in_progress", "in_flight": True,
+         "sent_at": 1900.0, "seconds": 300.0, "rows": 4, "answered": 0, "charged": None},
+    ]  # fmt: skip
+    page = render_html({**report, "batches": batches, "batch_rounds": rounds})
+    assert "<h2>Batch rounds</h2>" in page and "<h2>Throughput over time</h2>" not in page
+    assert "completions per" not in page and "paused" not in page
+    section = page.split("<h2>Batch rounds</h2>")[1].split("</section>")[0]
+    # The batch figures status prints: age, typical duration, the ETA band, the worst case.
+    assert "<th>oldest batch in flight</th><td>5m</td>" in section
+    assert "<th>finished batches took</th><td>14m (median of" in section
+    assert "<th>this round ends</th><td>in about 9m, at the latest in 23h55m (the 24h" in section
+    worst = "[&quot;batches&quot;,&quot;timing&quot;,&quot;worst_cost_in_flight&quot;]"
+    assert f'{worst}">0.2500<' in section
+    assert "billed for rows that never came back" in section
+    # A bar a batch, in its round's colour; the time axis in seconds and minutes.
+    assert f'fill="{GREY}"><title>batch_a: cancelled, sent at 0 s, took 60 s;' in section
+    assert f'fill="{GREEN}"><title>batch_b: completed, sent at 60 s, took 14 min 0 s;' in section
+    assert "round 3 · in_progress · 0/4 rows</text>" in section
+    assert ">20 min 0 s</text>" in section and "time since the first batch was sent" in section
+    bars = r'<rect x="[\d.]+" y="\d+" width="([\d.]+)" height="16" fill'
+    widths = [float(w) for w in re.findall(bars, section)]
+    assert len(widths) == 3 and widths[1] == pytest.approx(14 * widths[0], rel=0.01)

@@ -78,3 +78,31 @@ def test_money_in_status_json_is_rounded_to_a_nanodollar(tmp_path):
         store.db.execute("UPDATE batch_intents SET cost = 0.1 + 0.2")
         batches = store.counts()["batches"]
         assert batches["charged"] == 0.3 and b"0.30000000000000004" not in orjson.dumps(batches)
+
+
+def test_a_batch_in_flight_without_a_worst_case_is_unknown_not_free(tmp_path):
+    with Store(tmp_path / "run") as store:
+        intent(store.db, "a", NOW - 60, "submitted", "validating")  # sent without --max-cost
+        timing = batch_timing(store.db, NOW)
+        assert timing["worst_cost_in_flight"] is None
+        assert timing_text(timing).endswith(
+            "worst case in flight unknown (draftgen prices it only under --max-cost)"
+        )
+
+
+def test_rounds_are_the_batches_sent_before_the_first_of_them_ended(tmp_path):
+    from draftgen.store.batch_timing import batch_rounds
+
+    with Store(tmp_path / "run") as store:
+        intent(store.db, "a", NOW - 900, "ingested", "completed", NOW - 600)
+        intent(store.db, "b", NOW - 899, "ingested", "expired", NOW - 500)  # same round
+        intent(store.db, "c", NOW - 600, "ingested", "completed", NOW - 300)  # a's answers
+        intent(store.db, "d", NOW - 100, "submitted", "in_progress")
+        rounds = batch_rounds(store.db, NOW)
+    assert [(r["batch"], r["round"], r["seconds"]) for r in rounds] == [
+        ("intent a", 1, 300),
+        ("intent b", 1, 399),
+        ("intent c", 2, 300),
+        ("intent d", 3, 100),  # in flight: how long it has been running
+    ]
+    assert [r["in_flight"] for r in rounds] == [False, False, False, True]

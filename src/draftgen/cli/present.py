@@ -72,7 +72,7 @@ def format_run_list(listed: dict[str, dict], folder: Path) -> str:
         lines.append(
             f"  {path:<{width}}  {counts['completions']} completions, {counts['samples']} "
             f"samples, verified {counts['verified']}{share}, {failures} failures, "
-            f"${counts['cost']:.4f}{active}"
+            f"{usd(counts['cost'])}{active}"
         )
     lines.append("draftgen status RUN_DIR shows one of them in full")
     return "\n".join(lines)
@@ -81,18 +81,16 @@ def format_run_list(listed: dict[str, dict], folder: Path) -> str:
 def format_status(counts: dict, run_dir: Path) -> str:
     from draftgen.api import REJECTED_NAME
 
-    retried = counts.get("retried_errors") or {}
-    kinds = ", ".join(f"{printable(kind)} {count}" for kind, count in retried.items())
     share = f" ({counts['verified'] / counts['samples']:.1%})" if counts["samples"] else ""
     lines = [
         f"run {run_dir}",
         f"  rows rejected       {counts.get('rejected', 0)}"
         + (f"  (reasons in {run_dir / REJECTED_NAME})" if counts.get("rejected") else ""),
-        f"  completions stored  {counts['completions']}  (cost ${counts['cost']:.4f}, "
-        f"tokens {counts['prompt_tokens']} prompt + {counts['completion_tokens']} completion, "
-        f"{counts['retried_attempts']} retried attempts)",
+        f"  completions stored  {counts['completions']}  (tokens {counts['prompt_tokens']} "
+        f"prompt + {counts['completion_tokens']} completion)",
+        cost_line(counts),
         *per_verified_line(counts),
-        f"  retried errors      {sum(retried.values())}" + (f"  ({kinds})" if kinds else ""),
+        retried_line(counts),
         f"  samples             {counts['samples']}  verified {counts['verified']}{share}, "
         f"truncated {counts['truncated']}, not yet reconstructed {counts['unreconstructed']}",
     ]
@@ -124,6 +122,31 @@ def format_status(counts: dict, run_dir: Path) -> str:
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
     lines.extend(format_batches(counts.get("batches") or {}))
     return "\n".join(lines)
+
+
+def cost_line(counts: dict) -> str:
+    """What the run cost: what the API charged where it says (a batch's ``usage.cost``, rows it
+    billed and never returned included), else the stored completions' own cost."""
+    batches = counts.get("batches") or {}
+    text = f"  cost                {usd(counts['cost'])}"
+    if not batches.get("final"):
+        return text
+    if batches.get("charged") is None:
+        return text + "  (the stored rows' cost: the batch API reports none)"
+    unreturned = (batches.get("timing") or {}).get("billed_without_rows") or 0.0
+    return text + (
+        f"  (as the batch API charged it, {usd(unreturned)} of it for rows that never came back)"
+        if unreturned > 1e-9
+        else "  (as the batch API charged it)"
+    )
+
+
+def retried_line(counts: dict) -> str:
+    """Failed attempts that were sent again, by kind: the count the live progress shows too."""
+    retried = counts.get("retried_errors") or {}
+    kinds = ", ".join(f"{printable(kind)} {count}" for kind, count in retried.items())
+    total = counts.get("retried_attempts", sum(retried.values()))
+    return f"  retried attempts    {total}" + (f"  ({kinds})" if kinds else "")
 
 
 def per_verified_line(counts: dict) -> list[str]:
@@ -203,18 +226,17 @@ def format_batches(batches: dict) -> list[str]:
     if timing:
         lines.append(f"    timing: {timing}")
     charged = batches.get("charged")
+    unreturned = (batches.get("timing") or {}).get("billed_without_rows") or 0.0
     if charged is not None:
         lines.append(
-            f"    charged by the API ${charged:.4f} (batch usage.cost); rows stored "
-            f"${batches['rows_cost']:.4f}"
-            + (
-                f"; ${charged - batches['rows_cost']:.4f} billed for rows that never came back"
-                if charged - batches["rows_cost"] > 1e-9
-                else ""
-            )
+            f"    charged by the API {usd(charged)} (batch usage.cost); rows stored "
+            f"{usd(batches['rows_cost'])}"
+            + (f"; {usd(unreturned)} billed for rows that never came back" if unreturned else "")
         )
+    elif batches["final"]:
+        lines.append("    charged: the batch API reports no batch cost: see the tokens")
     else:
-        lines.append("    charged: the API reports no batch cost (openai-files): see the tokens")
+        lines.append("    charged: nothing yet (no batch has ended)")
     for batch in batches["in_flight"]:
         name = batch["batch_id"] or f"intent {batch['nonce']} (create unconfirmed)"
         status = batch["status"] or ("not yet seen" if batch["batch_id"] else "reconciling")

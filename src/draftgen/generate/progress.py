@@ -140,6 +140,14 @@ class RunProgress:
             return None
         return self.tally.verified / self.tally.samples
 
+    def verified_text(self) -> str:
+        """``23/25 (92.0%)``: samples verified of those the background reconstruction has
+        rebuilt so far (the summary's ``verified`` of its ``samples``)."""
+        share = self.verified_share()
+        if share is None:
+            return "- (none reconstructed yet)"
+        return f"{self.tally.verified}/{self.tally.samples} ({share:.1%})"
+
     def providers(self) -> dict[str, dict]:
         """Each provider's figures as the store last showed them, most completions first."""
         return self.tally.providers if self.tally is not None else {}
@@ -167,15 +175,13 @@ class RunProgress:
         return f"retried: {counted(self.retried)}; failed turns: {counted(self.failures)}"
 
     def line(self) -> str:
-        share = self.verified_share()
-        verified = f"{share:.1%}" if share is not None else "-"
         eta = self.eta_seconds()
         text = (
             f"rows {self.rows_done}/{self.total_rows} | generated {self.turns_done} "
             f"({self.turns_done / self.elapsed():.1f}/s), in flight {self.requests_in_flight()}, "
             f"from store {self.turns_reused}, duplicates {self.turns_duplicate}, failed "
-            f"{self.turns_failed}, rejected {self.rejected} | verified {verified} | tokens "
-            f"{self.prompt_tokens}+{self.completion_tokens} | cost ${self.cost:.4f} | "
+            f"{self.turns_failed}, rejected {self.rejected} | verified {self.verified_text()} | "
+            f"tokens {self.prompt_tokens}+{self.completion_tokens} | cost {usd(self.cost)} | "
             f"$/verified {usd(self.cost_per_verified())} | "
             f"{self.errors_text()} | elapsed {_clock(self.elapsed())} | ETA {_clock(eta)}"
         )
@@ -192,10 +198,12 @@ class RunProgress:
             "turns_failed": self.turns_failed,
             "rejected": self.rejected,
             "in_flight": self.requests_in_flight(),
+            "verified": self.tally.verified if self.tally is not None else 0,
+            "samples_reconstructed": self.tally.samples if self.tally is not None else 0,
             "verified_share": self.verified_share(),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
-            "cost": self.cost,
+            "cost": round(self.cost, 9),
             "cost_per_verified": self.cost_per_verified(),
             "retried_errors": dict(self.retried),
             "failed_turns": dict(self.failures),
@@ -227,15 +235,14 @@ class ProgressDisplay:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            if self._live:
-                self._live.update(self._table())
-                self._live.__exit__(None, None, None)
-            else:
-                self._log_line()
-        finally:
-            if self.progress.tally is not None:
-                self.progress.tally.stop()
+        # The tally counts once more as it stops: the last line shows every sample proven so far.
+        if self.progress.tally is not None:
+            self.progress.tally.stop()
+        if self._live:
+            self._live.update(self._table())
+            self._live.__exit__(None, None, None)
+        else:
+            self._log_line()
 
     def refresh(self) -> None:
         now = time.monotonic()
@@ -254,7 +261,6 @@ class ProgressDisplay:
 
     def _table(self) -> Table | Group:
         p = self.progress
-        share = p.verified_share()
         table = Table(title="draftgen run", show_header=False)
         table.add_row("state", p.state())
         table.add_row("rows", f"{p.rows_done}/{p.total_rows} ({p.rejected} rejected)")
@@ -264,9 +270,9 @@ class ProgressDisplay:
         table.add_row("duplicates", f"{p.turns_duplicate} turns (identical turns, sent once)")
         table.add_row("failed turns", counted(p.failures))
         table.add_row("retried attempts", counted(p.retried))
-        table.add_row("verified so far", f"{share:.1%}" if share is not None else "-")
+        table.add_row("verified so far", p.verified_text())
         table.add_row("tokens", f"prompt {p.prompt_tokens}, completion {p.completion_tokens}")
-        table.add_row("cost so far", f"${p.cost:.4f}")
+        table.add_row("cost so far", usd(p.cost))
         table.add_row("$ per verified sample", usd(p.cost_per_verified()))
         table.add_row("elapsed", _clock(p.elapsed()))
         table.add_row("ETA", _clock(p.eta_seconds()))

@@ -17,6 +17,7 @@ this module (for ``FORMATS``) whatever the command.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -38,6 +39,7 @@ from draftgen.outputs.provenance import (
 )
 from draftgen.store.database import Store
 
+_log = logging.getLogger("draftgen.export")
 PARQUET_BATCH_ROWS = 1024
 # Every JSONL line: numpy arrays serialized from their buffer, and the newline written by orjson.
 JSONL_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
@@ -79,7 +81,16 @@ def export(
         raise ExportError(f"cannot create the directory of --out {out} ({exc.strerror})") from None
     meta = provenance(store, fmt, include_unverified)
     with STOP_SIGNALS:
-        return spec.write(store, out, include_unverified, meta)
+        written = spec.write(store, out, include_unverified, meta)
+        late = STOP_SIGNALS.after_swap
+    if late is not None:
+        _log.warning(
+            "%s came once %s was in place, complete: the export is kept and the command ends "
+            "as it would have",
+            signal.Signals(late).name,
+            out,
+        )
+    return written
 
 
 class StopSignals:
@@ -87,9 +98,11 @@ class StopSignals:
     cleanup that removes the ``.partial`` file and the ``.draftgen-hf-*`` work directory runs
     for them too (their default would end the process on the spot, leaving both behind).
 
-    Any of the three during ``swap`` (the renames that put a finished export in place) waits
-    until the swap is done: a previous export is never left half replaced. Handlers are set
-    only in the main thread (Python's rule) and put back on the way out.
+    Any of the three during ``swap`` (the renames that put a finished export in place) or after
+    it is noted, not raised: a previous export is never left half replaced, and an export in
+    place is complete, so the command reports it and succeeds (``after_swap`` names the
+    signal). Handlers are set only in the main thread (Python's rule) and put back on the way
+    out.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -97,9 +110,12 @@ class StopSignals:
     def __init__(self) -> None:
         self._saved: dict[int, object] = {}
         self._swapping = False
-        self._pending: int | None = None
+        self._swapped = False
+        self.after_swap: int | None = None  # a signal that came during or after the swap
 
     def __enter__(self) -> StopSignals:
+        self._swapped = False
+        self.after_swap = None
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self._saved[signum] = signal.signal(signum, self._on_signal)
@@ -109,11 +125,10 @@ class StopSignals:
         for signum, handler in self._saved.items():
             signal.signal(signum, handler)
         self._saved.clear()
-        self._pending = None
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if self._swapping:
-            self._pending = signum
+        if self._swapping or self._swapped:
+            self.after_swap = signum
             return
         raise KeyboardInterrupt
 
@@ -125,11 +140,9 @@ class StopSignals:
         self._swapping = True
         try:
             yield
+            self._swapped = True  # the export is in place: what is left is tidying up
         finally:
             self._swapping = False
-        if self._pending is not None:
-            self._pending = None
-            raise KeyboardInterrupt
 
 
 STOP_SIGNALS = StopSignals()

@@ -22,7 +22,9 @@ import orjson
 
 import draftgen
 from draftgen import __version__
-from draftgen.redact import usd_decimals
+from draftgen.outputs.show import sample_tokens
+from draftgen.redact import printable, usd, usd_decimals
+from draftgen.store.batch_timing import batch_rounds, duration_text, timing_text
 from draftgen.store.database import REJECTED_NAME, Store
 
 JSON_NAME = "report.json"
@@ -39,6 +41,11 @@ BUCKET_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
 MIN_SHARE_SAMPLES = 5
 # Flagged samples listed by id in the report (the rest are counted).
 FLAGGED_SHOWN = 50
+# Batches drawn in the report's chart of rounds (the rest are in report.json).
+ROUNDS_SHOWN = 40
+# Sample rows drawn token by token: the prompt's last tokens and the answer's first.
+PROMPT_TAIL = 40
+ANSWER_HEAD = 400
 # Characters of a bar label's line: longer labels wrap onto more lines (never cut).
 LABEL_LINE = 30
 # SpecForge's --max-length (2048 by default) and the lengths drafters are commonly trained at.
@@ -224,7 +231,52 @@ def build_report(store: Store) -> dict:
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
         # run --batch: batches by state and status, and what the API charged (usage.cost).
         "batches": counts.get("batches") or {},
+        # Every batch as the chart of rounds draws it (a live run has none).
+        "batch_rounds": batch_rounds(store.db, time.time()) if batch_run else [],
+        "sample_rows": sample_rows(store, rows),
     }
+
+
+def sample_rows(store: Store, rows: list[dict]) -> dict:
+    """A few samples token by token, as ``draftgen show`` prints them (the same function): the
+    first verified, unverified and truncated one stored, the prompt's last ``PROMPT_TAIL``
+    tokens and the answer's first ``ANSWER_HEAD``, each token as ``[id, text]``."""
+    firsts: dict[str, str] = {}
+    for row in rows:
+        if row["verified"] is not None:
+            firsts.setdefault(_outcome(row), row["key"])
+    keys = [firsts[kind] for kind in ("verified", "unverified", "truncated") if kind in firsts]
+    if not keys:
+        return {"samples": [], "unavailable": None}
+    try:
+        from draftgen.tokens.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(store.meta("tokenizer"))
+    except Exception as exc:  # the report is still worth having without them
+        return {"samples": [], "unavailable": f"the run's tokenizer did not load ({exc})"}
+    run_dir = shlex.quote(str(store.run_dir))
+    shown = []
+    for key in keys:
+        sample = sample_tokens(store, key, tokenizer)
+        if sample is None:
+            continue
+        pairs = [list(pair) for pair in zip(sample["input_ids"], sample["tokens"], strict=True)]
+        prompt, answer = pairs[: sample["prompt_len"]], pairs[sample["prompt_len"] :]
+        shown.append(
+            {
+                "id": sample["id"],
+                "verified": sample["verified"],
+                "verify_reason": sample["verify_reason"],
+                "provider": sample["provider"],
+                "finish_reason": sample["finish_reason"],
+                "prompt_tokens": len(prompt),
+                "answer_tokens": len(answer),
+                "prompt_tail": prompt[-PROMPT_TAIL:],
+                "answer": answer[:ANSWER_HEAD],
+                "command": f"draftgen show {run_dir} {shlex.quote(sample['id'])}",
+            }
+        )
+    return {"samples": shown, "unavailable": None}
 
 
 def settings_panel(store: Store, run_sources: list[dict]) -> dict:
@@ -674,7 +726,9 @@ def metric(path: tuple, value, decimals: int | None = None, scale: int = 1) -> s
 
 
 def dollars(path: tuple, value) -> str:
-    return "$" + metric(path, value, 4)
+    """Money as every command prints it (``redact.usd``): four decimals, or three significant
+    digits under a cent."""
+    return "$" + metric(path, value, usd_decimals(value or 0.0))
 
 
 def price(path: tuple, value: float | None) -> str:
@@ -743,7 +797,7 @@ def render_html(report: dict) -> str:
         ("verified share", percent(("totals", "verified_share"), t["verified_share"])),
         ("final failures", metric(("totals", "failures"), t["failures"])),
         ("rows rejected", metric(("totals", "rejected"), t.get("rejected", 0))),
-        ("cost (USD)", dollars(("totals", "cost"), t["cost"])),
+        ("cost (USD)", dollars(("totals", "cost"), t["cost"])),  # as charged, where reported
         ("$ per verified sample", price(("totals", "cost_per_verified"), t["cost_per_verified"])),
         ("prompt tokens", metric(("totals", "prompt_tokens"), t["prompt_tokens"])),
         ("completion tokens", metric(("totals", "completion_tokens"), t["completion_tokens"])),
@@ -859,18 +913,38 @@ def render_html(report: dict) -> str:
             wide=True,
         )
     )
-    flow_note = (
-        "A batch run stores the answers of a batch when the batch ends: each bar is batches "
-        "arriving, and the waits between them are the batch API at work, not pauses."
-        if report.get("batches")
-        else "Completions stored per time bucket while the run worked; a pause (Ctrl-C and a "
-        "resume, a stop at --max-cost, a stall) is a labelled break, not empty buckets."
-    )
+    if report.get("batches"):
+        # A batch's answers arrive at once when it ends: its rounds, not a throughput, say how
+        # the run went.
+        sections.append(
+            _section(
+                "Batch rounds",
+                batch_section(report),
+                "Each bar is a batch, from when it was sent to when it ended (or now, in "
+                "flight); a round is the batches sent together, and the next round sends the "
+                "turns their answers made possible and the rows a failed, expired or cancelled "
+                "batch left.",
+                wide=True,
+            )
+        )
+    else:
+        sections.append(
+            _section(
+                "Throughput over time",
+                throughput_chart(report["throughput"]),
+                "Completions stored per time bucket while the run worked; a pause (Ctrl-C and "
+                "a resume, a stop at --max-cost, a stall) is a labelled break, not empty "
+                "buckets.",
+                wide=True,
+            )
+        )
     sections.append(
         _section(
-            "Throughput over time",
-            throughput_chart(report["throughput"]),
-            flow_note,
+            "Sample rows",
+            sample_section(report.get("sample_rows") or {}),
+            "The first verified, unverified and truncated sample, token by token as training "
+            "sees them: each token is a box (hover for its id), the prompt's last tokens, then "
+            "the answer the loss mask trains on.",
             wide=True,
         )
     )
@@ -1246,7 +1320,7 @@ def provider_section(table: list[dict]) -> str:
         "cost (USD)",
         "latency p50 (s)",
         "latency p90 (s)",
-        "retried errors",
+        "retried attempts",
         "unverified",
         "verified share",
         "$ per verified sample",
@@ -1387,6 +1461,176 @@ def throughput_chart(data: dict) -> str:
     )
 
 
+ROUND_COLOURS = {"completed": GREEN, "expired": AMBER, "failed": RED, "cancelled": GREY}
+
+
+def batch_section(report: dict) -> str:
+    """The batches' time and money (``store.batch_timing``, the line ``status`` prints) and a
+    chart of the rounds."""
+    batches = report.get("batches") or {}
+    timing = batches.get("timing") or {}
+    eta = timing.get("eta_seconds")
+    worst = timing.get("worst_cost_in_flight")
+    final = ", ".join(f"{n} {status}" for status, n in (batches.get("final") or {}).items())
+    facts = [
+        (
+            "batches in flight",
+            metric(("batches", "rows_in_flight"), batches.get("rows_in_flight"))
+            + f" rows in {len(batches.get('in_flight') or [])} batches",
+        ),
+        ("final batches", html.escape(final) or "none yet"),
+        (
+            "oldest batch in flight",
+            html.escape(duration_text(timing.get("oldest_age_seconds")))
+            if timing.get("oldest_age_seconds") is not None
+            else "none in flight",
+        ),
+        (
+            "finished batches took",
+            f"{html.escape(duration_text(timing.get('typical_seconds')))} (median of "
+            f"{metric(('batches', 'timing', 'finished_batches'), timing.get('finished_batches'))})"
+            if timing.get("typical_seconds") is not None
+            else "none completed yet",
+        ),
+        (
+            "this round ends",
+            (
+                f"in about {html.escape(duration_text(eta[0]))}, "
+                if eta and eta[0] is not None
+                else ""
+            )
+            + f"at the latest in {html.escape(duration_text(eta[1]))} (the "
+            f"{html.escape(duration_text(timing.get('window_seconds')))} window)"
+            if eta
+            else "no batch in flight",
+        ),
+        (
+            "worst case in flight",
+            "$" + metric(("batches", "timing", "worst_cost_in_flight"), worst, usd_decimals(worst))
+            if worst is not None and eta
+            else ("unknown (priced only under --max-cost)" if eta else "nothing in flight"),
+        ),
+        (
+            "charged by the batch API",
+            dollars(("batches", "charged"), batches["charged"])
+            if batches.get("charged") is not None
+            else "not reported (see the tokens)",
+        ),
+        (
+            "billed for rows that never came back",
+            dollars(
+                ("batches", "timing", "billed_without_rows"), timing.get("billed_without_rows")
+            ),
+        ),
+    ]
+    table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in facts)
+    line = timing_text(timing)
+    return (
+        f'<table class="grid settings">{table}</table>'
+        + (f'<p class="stats">as status says it: {html.escape(line)}</p>' if line else "")
+        + rounds_chart(report.get("batch_rounds") or [])
+    )
+
+
+def rounds_chart(rounds: list[dict]) -> str:
+    """A bar per batch from when it was sent to when it ended, a band per round, coloured by
+    status (green completed, amber expired, red failed, grey cancelled, blue in flight)."""
+    if not rounds:
+        return '<p class="empty">no batch sent</p>'
+    shown = rounds[:ROUNDS_SHOWN]
+    start = min(r["sent_at"] for r in shown)
+    span = max(max(r["sent_at"] + r["seconds"] for r in shown) - start, 1e-3)
+    label_w, w, row_h, top = 230, 640, 22, 4
+    plot = w - label_w - 12
+    h = top + row_h * len(shown)
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {w} {h + 44}" width="{w}" height="{h + 44}" role="img">'
+    ]
+    for i, r in enumerate(shown):
+        y = top + i * row_h
+        if r["round"] % 2 == 0:  # every other round on a band: a round reads as one block
+            parts.append(f'<rect x="0" y="{y}" width="{w}" height="{row_h}" class="round-band"/>')
+        x = label_w + plot * (r["sent_at"] - start) / span
+        width = max(2.0, plot * r["seconds"] / span)
+        colour = BLUE if r["in_flight"] else ROUND_COLOURS.get(r["status"], GREY)
+        charged = f", charged {usd(r['charged'])}" if r["charged"] is not None else ""
+        label = f"round {r['round']} · {r['status']} · {r['answered']}/{r['rows']} rows"
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" class="label">'
+            f"{html.escape(printable(label))}</text>"
+            f'<rect x="{x:.1f}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
+            f'fill="{colour}"><title>{html.escape(printable(r["batch"]))}: '
+            f"{html.escape(printable(r['status']))}, sent at {_duration(r['sent_at'] - start)}, "
+            f"{'running for' if r['in_flight'] else 'took'} {_duration(r['seconds'])}; "
+            f"{r['answered']} of {r['rows']} rows came back{charged}</title></rect>"
+        )
+    parts.append(f'<line x1="{label_w}" y1="{h}" x2="{label_w + plot}" y2="{h}" class="axis"/>')
+    parts.extend(
+        _time_ticks([(float(label_w), "0 s")], (float(label_w + plot), _duration(span)), h)
+    )
+    parts.append(
+        f'<text x="{label_w + plot / 2}" y="{h + 34}" text-anchor="middle" class="axis-title">'
+        "time since the first batch was sent</text></svg>"
+    )
+    more = (
+        f'<p class="stats">and {len(rounds) - len(shown)} more batches (all in report.json, '
+        "batch_rounds)</p>"
+        if len(rounds) > len(shown)
+        else ""
+    )
+    return "".join(parts) + more
+
+
+def sample_section(samples: dict) -> str:
+    """Each sample's tokens as boxes (hover: the id and the text spelled out), the prompt's
+    tail apart from the answer, and the ``draftgen show`` command that prints it whole."""
+    if samples.get("unavailable"):
+        return f'<p class="empty">{html.escape(samples["unavailable"])}</p>'
+    if not samples.get("samples"):
+        return '<p class="empty">no sample reconstructed yet</p>'
+    blocks = []
+    for i, sample in enumerate(samples["samples"]):
+        verdict = "verified" if sample["verified"] else "not verified"
+        left_prompt = sample["prompt_tokens"] - len(sample["prompt_tail"])
+        left_answer = sample["answer_tokens"] - len(sample["answer"])
+        where = ("sample_rows", "samples", i)
+        prompt = metric((*where, "prompt_tokens"), sample["prompt_tokens"])
+        answer = metric((*where, "answer_tokens"), sample["answer_tokens"])
+        heading = (
+            f"<h3><code>{html.escape(sample['id'])}</code>: {verdict} "
+            f"(<code>{html.escape(str(sample['verify_reason']))}</code>), "
+            f"{html.escape(printable(str(sample['provider'])))}, finish "
+            f"{html.escape(printable(str(sample['finish_reason'])))}</h3>"
+        )
+        stats = (
+            f'<p class="stats">prompt {prompt} tokens'
+            + (f" (the first {left_prompt} left out here)" if left_prompt else "")
+            + f", answer {answer} tokens"
+            + (f" (the last {left_answer} left out here)" if left_answer else "")
+            + f"; in the terminal: <code>{html.escape(sample['command'])}</code></p>"
+        )
+        blocks.append(
+            heading
+            + stats
+            + '<div class="tokens"><span class="part">prompt</span>'
+            + _token_boxes(sample["prompt_tail"])
+            + '<span class="part">answer</span>'
+            + _token_boxes(sample["answer"])
+            + "</div>"
+        )
+    return "".join(blocks)
+
+
+def _token_boxes(pairs: list) -> str:
+    """A box per token, its text as it is (line breaks break the line); the hover title gives
+    its id and its text spelled out, so that whitespace and control characters show."""
+    return "".join(
+        f'<span class="tok" title="id {token_id}: {html.escape(printable(repr(text)))}">'
+        f"{html.escape(text) or ' '}</span>"
+        for token_id, text in pairs
+    )
+
+
 TICK_ROOM = 64  # px a time label of the throughput axis needs (11 px text, "2 min 30 s")
 
 
@@ -1454,6 +1698,14 @@ td.r {{ text-align: right; font-variant-numeric: tabular-nums; }}
 table.settings th {{ font-weight: 500; color: #3b4a5a; width: 220px; }}
 table.settings code, table.flagged code {{ overflow-wrap: anywhere; }}
 pre {{ background: #f4f6f9; padding: 8px 12px; overflow-x: auto; }}
+svg .round-band {{ fill: #f3f6fa; }}
+.tokens {{ font: 12px/1.9 ui-monospace, monospace; white-space: pre-wrap;
+          overflow-wrap: anywhere; border: 1px solid #e6eaef; padding: 6px; }}
+.tok {{ background: #eef3f9; border-right: 1px solid #9fb3c8; }}
+.tok:nth-child(even) {{ background: #e2eaf4; }}
+.tok:hover {{ background: #f9d98c; outline: 1px solid #e08a2e; }}
+.part {{ display: block; font: italic 12px system-ui, sans-serif; color: #5a6b7d;
+         margin: 4px 0 2px; }}
 </style></head>
 <body>
 <h1>{title}</h1>

@@ -1,13 +1,16 @@
-"""How long a run's batches take: the age of those in flight, how long this run's finished ones
-took, when the live round should end (a band: typically, and at the latest by the completion
-window), and the worst case of what is in flight. One place read by progress, status and the
-report.
+"""How long a run's batches take and what they cost: the age of those in flight, how long this
+run's finished ones took, when the live round should end (a band: typically, and at the latest by
+the completion window), the worst case of what is in flight, what finished batches billed beyond
+the rows they returned, and each batch as a round of the report's chart. One place read by
+progress, status, ``--max-cost`` and the report.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import statistics
+
+from draftgen.redact import usd
 
 # Both batch dialects create batches with completion_window "24h" (BATCH_REFERENCE.md): a batch
 # not finished by then expires, and its unfinished rows are sent again in the next round.
@@ -17,7 +20,7 @@ WINDOW_SECONDS = 24 * 3600
 def batch_timing(db: sqlite3.Connection, now: float) -> dict:
     """The timing figures of the batches in ``db`` (a run store's connection) at ``now``."""
     live = db.execute(
-        "SELECT created_at, coalesce(worst_cost, 0) FROM batch_intents"
+        "SELECT created_at, worst_cost FROM batch_intents"
         " WHERE state IN ('submitting', 'submitted')"
     ).fetchall()
     took = [
@@ -33,8 +36,12 @@ def batch_timing(db: sqlite3.Connection, now: float) -> dict:
         "finished_batches": len(took),
         "typical_seconds": typical,
         "oldest_age_seconds": now - min(created for created, _ in live) if live else None,
-        "worst_cost_in_flight": sum(worst for _, worst in live),
+        # None: a batch in flight was sent without a worst case (it is priced under --max-cost).
+        "worst_cost_in_flight": None
+        if any(worst is None for _, worst in live)
+        else round(sum(worst for _, worst in live), 9),
         "eta_seconds": None,
+        "billed_without_rows": round(billed_without_rows(db), 9),
     }
     if live:
         # The round ends with its newest batch: typically after this run's median duration,
@@ -79,5 +86,56 @@ def timing_text(timing: dict) -> str:
             f"this round ends in {typical}at the latest {duration_text(eta[1])} "
             f"(the {window} window)"
         )
-        parts.append(f"worst case in flight ${timing['worst_cost_in_flight']:.4f}")
+        worst = timing["worst_cost_in_flight"]
+        parts.append(
+            f"worst case in flight {usd(worst)}"
+            if worst is not None
+            else "worst case in flight unknown (draftgen prices it only under --max-cost)"
+        )
     return "; ".join(parts)
+
+
+def billed_without_rows(db: sqlite3.Connection) -> float:
+    """What final batches charged (``usage.cost``) beyond the cost of the rows they returned: a
+    cancelled batch bills its finished rows and returns none. The run's cost counts it."""
+    return db.execute(
+        "SELECT coalesce(sum(max(0, i.cost - coalesce((SELECT sum(c.cost) FROM batch_rows r"
+        " JOIN completions c ON c.key = r.key WHERE r.nonce = i.nonce AND r.outcome = 'done'),"
+        " 0))), 0) FROM batch_intents i WHERE i.state = 'ingested' AND i.cost IS NOT NULL"
+    ).fetchone()[0]
+
+
+def batch_rounds(db: sqlite3.Connection, now: float) -> list[dict]:
+    """Every batch the run sent, in the order sent, as the report draws it: its round, when it
+    was sent and how long it took (until ``now`` for one in flight), its rows and how many came
+    back, its status and what the API charged (None: not reported)."""
+    cursor = db.execute(
+        "SELECT i.nonce, i.batch_id, i.state, i.status, i.rows, i.created_at, i.status_at,"
+        " i.cost, (SELECT count(*) FROM batch_rows r WHERE r.nonce = i.nonce"
+        " AND r.outcome = 'done') FROM batch_intents i ORDER BY i.created_at, i.nonce"
+    )
+    rounds: list[dict] = []
+    number, first_end = 0, None
+    for nonce, batch_id, state, status, rows, created, status_at, cost, answered in cursor:
+        live = state in ("submitting", "submitted")
+        ended = now if live or status_at is None else max(status_at, created)
+        # A round is the batches sent before the first of them ended: the next round's rows
+        # are the turns its answers made possible (and the rows a failed batch left).
+        if first_end is None or created >= first_end:
+            number, first_end = number + 1, ended
+        else:
+            first_end = min(first_end, ended)
+        rounds.append(
+            {
+                "round": number,
+                "batch": batch_id or f"intent {nonce}",
+                "status": status or ("not yet seen" if live else state),
+                "in_flight": live,
+                "sent_at": round(created, 3),
+                "seconds": round(ended - created, 3),
+                "rows": rows,
+                "answered": answered,
+                "charged": round(cost, 9) if cost is not None else None,
+            }
+        )
+    return rounds

@@ -481,6 +481,7 @@ class BatchRun:
         figures = self.ledger.figures()
         self.progress.rows_in_flight = figures["rows_in_flight"]
         self.progress.timing = timing_text(figures["timing"])
+        self.progress.billed_without_rows = figures["timing"]["billed_without_rows"]
         return live
 
     async def _poll_until_change(self) -> None:

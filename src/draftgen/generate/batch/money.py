@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from draftgen.backends.listing import listed_prices
+from draftgen.store.batch_timing import billed_without_rows
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,3 @@ class BatchBudget:
         if committed:
             text += f", and batches still running could cost up to ${committed:.4f} more"
         return text + "; raise --max-cost and rerun the same command to continue"
-
-
-def billed_without_rows(db: sqlite3.Connection) -> float:
-    """What final batches charged (``usage.cost``) beyond the cost of the rows they returned."""
-    return db.execute(
-        "SELECT coalesce(sum(max(0, i.cost - coalesce((SELECT sum(c.cost) FROM batch_rows r"
-        " JOIN completions c ON c.key = r.key WHERE r.nonce = i.nonce AND r.outcome = 'done'),"
-        " 0))), 0) FROM batch_intents i WHERE i.state = 'ingested' AND i.cost IS NOT NULL"
-    ).fetchone()[0]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from draftgen.generate.progress import ProgressDisplay, RunProgress, _clock
+from draftgen.redact import usd
 
 
 @dataclass
@@ -25,6 +26,9 @@ class BatchProgress(RunProgress):
     # Batch ages, typical duration, the round's ETA band, the worst case in flight (one line,
     # store.batch_timing's wording, as status shows it).
     timing: str = ""
+    # What final batches billed beyond the rows they returned (a cancelled batch's): the cost
+    # shown is the rows' and this, what the API charged, as status shows it.
+    billed_without_rows: float = 0.0
 
     def requests_in_flight(self) -> int:
         return self.rows_in_flight
@@ -50,15 +54,19 @@ class BatchProgress(RunProgress):
             f"round {self.round} | rows {self.rows_done}/{self.total_rows} | batches "
             f"{self.batches_text()} | rows in flight {self.rows_in_flight} | stored "
             f"{self.turns_done}, from store {self.turns_reused}, failed {self.turns_failed}, "
-            f"resent {self.rows_resent}, rejected {self.rejected} | cost ${self.cost:.4f} | "
+            f"resent {self.rows_resent}, rejected {self.rejected} | cost {usd(self.charged())} | "
             f"elapsed {_clock(self.elapsed())}"
             + (f" | {self.timing}" if self.timing else "")
             + (f" | {self.state()}" if self.stopped else "")
         )
 
+    def charged(self) -> float:
+        return self.cost + self.billed_without_rows
+
     def fields(self) -> dict:
         return {
             **super().fields(),
+            "cost": round(self.charged(), 9),
             "round": self.round,
             "batches": dict(self.batches),
             "batches_submitted": self.batches_submitted,
@@ -84,7 +92,7 @@ class BatchDisplay(ProgressDisplay):
         table.add_row("failed turns", failed)
         table.add_row("rows sent again", str(p.rows_resent))
         table.add_row("tokens", f"prompt {p.prompt_tokens}, completion {p.completion_tokens}")
-        table.add_row("cost so far", f"${p.cost:.4f}")
+        table.add_row("cost so far", usd(p.charged()))
         if p.timing:
             table.add_row("timing", p.timing)
         table.add_row("elapsed", _clock(p.elapsed()))
