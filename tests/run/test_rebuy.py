@@ -7,6 +7,7 @@ the template, so every sample it serves fails ``prompt_count_mismatch``. The run
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from draftgen.cli.present import format_status
+from draftgen.outputs.report import build_report, render_html
 from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
 from draftgen.simulator.wire import REVISION_PROVIDER
@@ -98,10 +100,19 @@ def test_the_provider_serving_another_template_is_left_out_and_its_samples_bough
     assert f"  left out:\n    {REVISION_PROVIDER}: {evidence}\n" in text
     assert f"  bought again        {spoiled} spoiled samples for $" in text
     with Store(tmp_path / "run") as store:
+        report = build_report(store)
         kept = store.db.execute("SELECT completion FROM replaced_completions").fetchall()
-        # Everything the spoiled completion held is kept, never lost.
-        assert {json.loads(text)["provider"] for (text,) in kept} == {REVISION_PROVIDER}
-        assert all(json.loads(text)["content"] is not None for (text,) in kept)
+    # The report keeps the provider left out in its table, with what it served and failed.
+    row = next(r for r in report["providers"] if r["provider"] == REVISION_PROVIDER)
+    assert (row["completions"], row["samples"], row["verified_share"]) == (spoiled, spoiled, 0.0)
+    assert row["cost_per_verified"] is None
+    page = render_html(report)
+    assert "<h3>Providers left out</h3>" in page
+    assert f"<li><b>{REVISION_PROVIDER}</b> left out: {html.escape(evidence)}</li>" in page
+    assert report["rebuys"]["rebought"] == spoiled
+    # Everything the spoiled completion held is kept, never lost.
+    assert {json.loads(text)["provider"] for (text,) in kept} == {REVISION_PROVIDER}
+    assert all(json.loads(text)["content"] is not None for (text,) in kept)
 
 
 def test_keep_providers_leaves_everyone_in_and_buys_nothing_twice(tmp_path):

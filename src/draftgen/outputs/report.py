@@ -226,6 +226,9 @@ def build_report(store: Store) -> dict:
         },
         "max_length_fit": max_length_fit(sequences),
         "providers": providers(rows, counts["providers"]),
+        # The providers the run left out, with the evidence, and what buying again came to.
+        "excluded_providers": counts.get("excluded_providers") or {},
+        "rebuys": counts.get("rebuys") or {},
         "throughput": flow,
         "exactness": counts["exactness"],
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
@@ -547,30 +550,46 @@ def _verified_share(rows: list[dict]) -> float | None:
 
 def providers(rows: list[dict], figures: dict[str, dict] | None = None) -> list[dict]:
     """A row per provider, most completions first; ``figures`` (``Store.provider_figures``)
-    add dollars per verified sample and the samples that failed, by reason."""
+    add dollars per verified sample and the samples that failed, by reason, and count what a
+    provider served that was bought again elsewhere (its completions, cost and failed samples),
+    which the stored rows no longer hold."""
     figures = figures or {}
     by_provider: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_provider[row["provider"] or "unknown"].append(row)
+    for name in figures:
+        by_provider.setdefault(name, [])
     table = []
-    for name, group in sorted(by_provider.items(), key=lambda item: (-len(item[1]), item[0])):
+    for name, group in by_provider.items():
         latencies = sorted(r["latency"] for r in group if r["latency"] is not None)
         sampled = [r for r in group if r["verified"] is not None]
         verified = sum(1 for r in sampled if r["verified"] and not r["truncated"])
+        counted = {
+            "completions": len(group),
+            "cost": sum(r["cost"] or 0.0 for r in group),
+            "samples": len(sampled),
+            "verified": verified,
+        }
+        if name in figures:
+            counted = {key: figures[name][key] for key in counted}
+        samples = counted["samples"]
         table.append(
             {
                 "provider": name,
-                "completions": len(group),
-                "cost": sum(r["cost"] or 0.0 for r in group),
-                "latency_p50": round(percentile(latencies, 50), 3) if latencies else None,
+                "completions": counted["completions"],
+                "cost": counted["cost"],
+                "latency_p50": round(percentile(latencies, 50), 3)
+                if latencies
+                else figures.get(name, {}).get("latency_p50"),
                 "latency_p90": round(percentile(latencies, 90), 3) if latencies else None,
                 "retried_errors": sum(len(r["errors"]) for r in group),
-                "unverified": sum(1 for r in sampled if not r["verified"] or r["truncated"]),
-                "samples": len(sampled),
-                "verified_share": round(verified / len(sampled), 4) if sampled else None,
+                "unverified": samples - counted["verified"],
+                "samples": samples,
+                "verified_share": round(counted["verified"] / samples, 4) if samples else None,
                 **price_and_reasons(figures.get(name)),
             }
         )
+    table.sort(key=lambda row: (-row["completions"], row["provider"]))
     return table
 
 
@@ -896,7 +915,8 @@ def render_html(report: dict) -> str:
     sections.append(
         _section(
             "Providers",
-            provider_section(report["providers"]),
+            provider_section(report["providers"])
+            + left_out_section(report.get("excluded_providers"), report.get("rebuys")),
             "Latency is from the first attempt to the stored answer, retries included. Dollars "
             "per verified sample: what a provider was paid over the samples it served that are "
             "proven, the price of what a trainer can use.",
@@ -1351,6 +1371,25 @@ def provider_section(table: list[dict]) -> str:
         f"<h3>Median latency</h3>{chart}{share_legend()}"
         f'<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
     )
+
+
+def left_out_section(excluded: dict | None, rebuys: dict | None) -> str:
+    """The providers the run left out (``provider.ignore``) with the evidence, and what buying
+    their spoiled samples again cost (docs/providers.md)."""
+    if not excluded and not rebuys:
+        return ""
+    items = "".join(
+        f"<li><b>{html.escape(name)}</b> left out: {html.escape(entry['evidence'])}</li>"
+        for name, entry in (excluded or {}).items()
+    )
+    if rebuys:
+        items += (
+            f"<li>bought again: {metric(('rebuys', 'rebought'), rebuys['rebought'])} spoiled "
+            f"samples for {dollars(('rebuys', 'rebuy_cost'), rebuys['rebuy_cost'])} (the "
+            f"spoiled ones cost {dollars(('rebuys', 'spoiled_cost'), rebuys['spoiled_cost'])}, "
+            "counted in the run's cost and in their provider's row)</li>"
+        )
+    return f'<h3>Providers left out</h3><ul class="left-out">{items}</ul>'
 
 
 def reason_shares(i: int, shares: dict[str, float]) -> str:
