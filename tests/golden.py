@@ -318,7 +318,9 @@ def stored_delivery(output, delivery, prompt_ids, messages, tools, rendering=Non
 def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
     """(ground truth by generation id, exported rows) of a simulated run of ``rows`` (dicts):
     ``config`` is the simulator's settings (OpenRouter's dialect unless it names another),
-    ``options`` the run's, each over a small fast default."""
+    ``options`` the run's, each over a small fast default. Every provider is kept: these runs
+    watch what each provider's quirks do to its samples (tests/run/test_rebuy.py watches a run
+    leave one out)."""
     lines = [json.dumps(row, ensure_ascii=False) for row in rows]
     (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     settings = {"seed": 5, "min_tokens": 10, "max_tokens": 40, **(config or {})}
@@ -327,6 +329,7 @@ def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
         "concurrency": 4,
         "retry_base_delay": 0.01,
         "progress_interval": 3600,
+        "keep_providers": True,
         **options,
     }
     monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")

@@ -127,6 +127,12 @@ def simulator_dialects() -> tuple[str, ...]:
     return DIALECTS
 
 
+def simulator_hostile_kinds() -> tuple[str, ...]:
+    from draftgen.simulator.config import HOSTILE
+
+    return HOSTILE
+
+
 def config_tables() -> dict:
     """The draftgen.toml tables the backends own (``[openrouter]``), by name."""
     from draftgen.backends import config_tables as tables

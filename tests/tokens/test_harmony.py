@@ -265,6 +265,7 @@ def test_gpt_oss_runs_verify_only_the_engine_s_ids(tmp_path, monkeypatch, stream
             progress_interval=3600,
             stream=stream,
             reasoning_effort="high",
+            keep_providers=True,  # the templating provider's samples are what is watched
         )
         asyncio.run(run(options))
         truth = dict(sim.truth)

@@ -136,3 +136,51 @@ def test_a_long_answer_costs_memory_in_proportion_to_its_size():
     assert tokens > 1_000_000
     # The ids as a Python list take ~36 bytes each; the pieces' encodings come and go.
     assert grown < 120 * tokens, (chars, tokens, grown)
+
+
+def test_long_texts_are_encoded_a_group_at_a_time_and_stop_between_groups(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(long_text, "GROUP_CHARS", 10)
+    calls: list[list[str]] = []
+
+    def encode_flat(texts: list[str]) -> list[list[int]]:
+        calls.append(texts)
+        return [[len(text)] for text in texts]
+
+    pieces = ["abcd", "efgh", "ijkl", "mnop", "qr"]
+    assert long_text.encode_grouped(pieces, encode_flat) == [[4], [4], [4], [4], [2]]
+    assert calls == [["abcd", "efgh", "ijkl"], ["mnop", "qr"]]
+
+    stop, outcome = threading.Event(), []
+
+    def stopped_after_one_group(texts):
+        stop.set()  # as Ctrl-C would, while the first group is being encoded
+        return encode_flat(texts)
+
+    def helper():  # the reconstruction's encoder thread
+        long_text.obey(stop)
+        try:
+            long_text.encode_grouped(pieces, stopped_after_one_group)
+        except long_text.EncodingStopped as exc:
+            outcome.append(str(exc))
+
+    calls.clear()
+    thread = threading.Thread(target=helper)
+    thread.start()
+    thread.join()
+    assert outcome == ["the encoding was stopped between two groups of pieces"]
+    assert calls == [["abcd", "efgh", "ijkl"]]
+    # A thread that obeys no stop encodes on.
+    assert long_text.encode_grouped(pieces, encode_flat) == [[4], [4], [4], [4], [2]]
+
+
+def test_leaving_a_stopping_block_by_an_exception_sets_its_stop():
+    with pytest.raises(KeyboardInterrupt), long_text.stopping() as stop:
+        assert not stop.is_set()
+        raise KeyboardInterrupt
+    assert stop.is_set()
+    with long_text.stopping() as calm:
+        pass
+    assert not calm.is_set()
+    long_text.check_stop()  # this thread obeys nothing once the blocks are left

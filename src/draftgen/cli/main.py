@@ -305,6 +305,11 @@ def simulator_config(args: argparse.Namespace):
         batch_seconds=args.batch_seconds,
         batch_visible_after=args.batch_visible_after,
         batch_log_path=args.batch_log,
+        hostile=tuple(k.strip() for kinds in args.hostile for k in kinds.split(",") if k.strip()),
+        hostile_share=args.hostile_share,
+        hostile_bytes=args.hostile_bytes,
+        trickle_rate=args.trickle_rate,
+        keepalive_seconds=args.keepalive_seconds,
     )
 
 

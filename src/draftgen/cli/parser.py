@@ -28,6 +28,7 @@ from draftgen.options import (
     renamed_flags,
     setting_named,
     simulator_dialects,
+    simulator_hostile_kinds,
 )
 from draftgen.redact import described, printable, redact
 
@@ -427,6 +428,7 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
         help="seed of the simulated answers, faults and quirks (default 0)",
     )
     _add_simulated_faults(simulate)
+    _add_simulated_hostile(simulate)
     _add_simulated_lengths(simulate)
     simulate.add_argument(
         "--truth",
@@ -459,6 +461,48 @@ def _add_simulated_faults(simulate: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="SECONDS",
         help="Retry-After sent with rate-limit and overload faults (default 0: none)",
+    )
+
+
+def _add_simulated_hostile(simulate: argparse.ArgumentParser) -> None:
+    """`simulate`'s hostile answers: what no provider means to send (docs/simulate.md)."""
+    simulate.add_argument(
+        "--hostile",
+        action="append",
+        default=[],
+        metavar="KIND[,KIND]",
+        help="answer a share of chat requests as a hostile server would: "
+        + ", ".join(simulator_hostile_kinds())
+        + "; repeatable",
+    )
+    simulate.add_argument(
+        "--hostile-share",
+        type=float,
+        default=0.25,
+        metavar="RATE",
+        help="share of chat requests given a hostile answer, drawn per prompt and attempt "
+        "(default 0.25)",
+    )
+    simulate.add_argument(
+        "--hostile-bytes",
+        type=int,
+        default=256 * 2**20,
+        metavar="N",
+        help="bytes of an oversized answer (default 268435456: 256 MiB)",
+    )
+    simulate.add_argument(
+        "--trickle-rate",
+        type=float,
+        default=4.0,
+        metavar="BYTES",
+        help="bytes a second of a slowloris answer (default 4)",
+    )
+    simulate.add_argument(
+        "--keepalive-seconds",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between the comments of a keepalive answer (default 1)",
     )
 
 

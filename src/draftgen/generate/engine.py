@@ -226,6 +226,9 @@ class LiveGeneration:
             if not self.stop.is_set():
                 raise
         except FatalApiError as exc:
+            # The answers in flight are paid for: they reach the store before the run stops.
+            self.request_stop(str(exc))
+            await asyncio.wait(self.workers, timeout=self.options.shutdown_grace)
             raise RunError(
                 f"stopped: {exc}; everything generated so far is stored in {self.options.out} "
                 "and the same command resumes"

@@ -36,6 +36,7 @@ from draftgen.reconstruct.verify import (
 )
 from draftgen.store.database import Store
 from draftgen.tokens import fast_encoder
+from draftgen.tokens.long_text import EncodingStopped
 from draftgen.tokens.rendering import template_renderer, tokenizer_profile
 from draftgen.tokens.tokenizer import load_tokenizer
 
@@ -62,7 +63,8 @@ def reconstruct_all(
     """Build and verify a sample for each completion without one (all, if the tokenizer changed).
 
     With ``follow``, completions a running generation stores are taken as they come, until
-    ``follow`` is set; ``stop`` ends early (what is made is kept, the rest waits for a resume).
+    ``follow`` is set; ``stop`` ends early (what is made is kept, the rest waits for a resume),
+    within a long text's encode too.
     """
     fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
     if store.meta("reconstruction") != fingerprint:
@@ -74,10 +76,13 @@ def reconstruct_all(
     # samples are written by a thread of their own while the next batch is reconstructed
     # (SQLite releases the GIL while it writes): memory holds four batches.
     pending = store.pending_completions(batch, follow=follow, stop=stop)
-    with SampleWriter(store.run_dir) as writer:
-        for samples in reconstruct_batches(pending, tokenizer, profile):
-            writer.add(samples)
-            made += len(samples)
+    try:
+        with SampleWriter(store.run_dir) as writer:
+            for samples in reconstruct_batches(pending, tokenizer, profile, stop):
+                writer.add(samples)
+                made += len(samples)
+    except EncodingStopped:
+        return made  # stopped inside a long text: its batch is left unreconstructed
     flag_invisible_strips(store, tokenizer, profile)
     flag_unproven_renderers(store, tokenizer, profile)
     flag_reserialising_providers(store)

@@ -8,6 +8,7 @@ repairs of the samples whose counts do not match.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -22,6 +23,7 @@ from draftgen.reconstruct.text import (
     repair_texts,
 )
 from draftgen.records import StoredCompletion, TokenSample
+from draftgen.tokens import long_text
 from draftgen.tokens import tokenizer as tok
 
 
@@ -101,18 +103,30 @@ def prepare(
 
 
 def reconstruct_batches(
-    batches: Iterable[list[StoredCompletion]], tokenizer: Any, profile: ModelProfile
+    batches: Iterable[list[StoredCompletion]],
+    tokenizer: Any,
+    profile: ModelProfile,
+    stop: threading.Event | None = None,
 ) -> Iterator[list[TokenSample]]:
     """Samples of each batch, in order: batch k+1 is prepared while batch k is encoded.
 
     Rendering (Jinja) and verification hold the GIL; the encoder runs in a helper thread with
     the GIL released and uses every core, so both overlap. The first batch's texts are the
-    sample on which the fast encoder is proven against the tokenizer's own code.
+    sample on which the fast encoder is proven against the tokenizer's own code. Once ``stop``
+    is set, a long text's encode raises ``long_text.EncodingStopped`` between two groups of
+    pieces: the batch in hand is left for a later pass.
     """
     # A batch holds hundreds of lists of thousands of ids: at the collector's default pace,
     # walking them (to find no cycle: ids are ints) was a fifth of reconstruction's Python.
+    # Left by an exception (Ctrl-C) or with ``stop`` set, the encoder stops between two groups
+    # of a long text's pieces instead of finishing the batch's encodes first: ``stopping`` sets
+    # the stop on its way out, before the executor's exit waits for its thread.
+    stop = stop if stop is not None else threading.Event()
     with (
-        ThreadPoolExecutor(1, thread_name_prefix="draftgen-encode") as encoder,
+        ThreadPoolExecutor(
+            1, thread_name_prefix="draftgen-encode", initializer=long_text.obey, initargs=(stop,)
+        ) as encoder,
+        long_text.stopping(stop),
         collecting_less(),
     ):
         waiting: tuple[list[StoredCompletion], PreEncodedTokenizer, Future] | None = None

@@ -38,6 +38,20 @@ DELIVERING_FAULTS: frozenset[str] = frozenset({"huge_body"})
 # Faults that only count once more than ``fatal_after`` requests have arrived.
 FATAL_FAULTS: frozenset[str] = frozenset({"auth", "payment"})
 
+# Hostile answers (``SimConfig.hostile``): what a broken or malicious server does that no provider
+# means to, decided per request for ``hostile_share`` of them (simulator/hostile.py). Only
+# bad-usage and bad-cost deliver a whole completion (recorded in the truth with its kind); the
+# others deliver none, and a slow-loris only if the client waits for its last byte.
+HOSTILE: tuple[str, ...] = (
+    "oversized",  # a body, or one SSE event, of hostile_bytes (Content-Length declared or not)
+    "endless",  # SSE deltas that never end (unstreamed: a JSON body that never ends)
+    "keepalive",  # only keep-alive comments, forever (unstreamed: blank lines before the JSON)
+    "slowloris",  # a good completion at trickle_rate bytes a second
+    "bad-usage",  # usage token counts of 2**63 or negative
+    "bad-cost",  # usage.cost missing, a string, negative or 1e-9
+    "redirect",  # 301/302/307/308 to plain http off loopback, or to another host name of this one
+)
+
 # Per-completion alterations. Ground truth always keeps the ids the model really produced.
 QUIRKS: tuple[str, ...] = (
     "drift",  # one token replaced by two ids with the same bytes (non-canonical segmentation)
@@ -157,6 +171,13 @@ class SimConfig:
     batch_discount: float = 0.5  # the ``:batch`` catalog price is the live price times this
     batch_models: tuple[str, ...] | None = None  # models with a ``:batch`` entry (None: all)
     batch_log_path: Path | None = None  # append one JSON line per batch created and ended
+    # Hostile answers: the kinds (HOSTILE) drawn among, and the share of chat requests answered
+    # with one of them (seeded per prompt and attempt, so a retry may draw a good answer).
+    hostile: tuple[str, ...] = ()
+    hostile_share: float = 0.25
+    hostile_bytes: int = 256 * 2**20  # what an oversized answer holds
+    trickle_rate: float = 4.0  # bytes a second of a slow-loris answer
+    keepalive_seconds: float = 1.0  # between the comments (or blank lines) of a keepalive answer
 
     def validate(self) -> None:
         """Raise ``SimConfigError`` naming the first setting that cannot work."""
@@ -184,6 +205,18 @@ class SimConfig:
         for name in ("tool_call_rate", "compact_tool_arguments"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise SimConfigError(f"{name} {getattr(self, name)} is not within 0..1")
+        self.hostile = tuple(self.hostile)
+        for kind in self.hostile:
+            if kind not in HOSTILE:
+                raise SimConfigError(
+                    f"unknown hostile answer {kind!r}: use one of {', '.join(HOSTILE)}"
+                )
+        if not 0.0 <= self.hostile_share <= 1.0:
+            raise SimConfigError(f"hostile_share {self.hostile_share} is not within 0..1")
+        if self.hostile_bytes < 1 or self.trickle_rate <= 0 or self.keepalive_seconds <= 0:
+            raise SimConfigError(
+                "hostile_bytes, trickle_rate and keepalive_seconds must be above 0"
+            )
         if self.chunk_tokens < 1:
             raise SimConfigError("chunk_tokens must be at least 1")
         delays = (self.retry_after, self.latency, self.slow_provider, self.chunk_delay)

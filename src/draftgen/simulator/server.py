@@ -40,6 +40,7 @@ from draftgen.simulator.exchange import (
 )
 from draftgen.simulator.exchange import close_connection as _close
 from draftgen.simulator.exchange import seeded_rng as _rng
+from draftgen.simulator.hostile import HostileAnswers
 from draftgen.simulator.model import (
     DISABLED,
     ModelOutput,
@@ -98,6 +99,7 @@ class Simulator:
         if "template_revision" in self._bound:
             self.providers += (wire.REVISION_PROVIDER,)
         self.batch = BatchSimulator(self)  # the batch APIs, both dialects
+        self.hostile = HostileAnswers(self)  # SimConfig.hostile: answers no provider means
 
     def close(self) -> None:
         if self._truth_file is not None:
@@ -380,6 +382,7 @@ class Simulator:
         app.router.add_post("/generate", generate)
         app.router.add_post(API_PREFIX + "/generate", generate)
         self.batch.register(app)
+        self.hostile.register(app)
         return app
 
     def _authorized(self, request: web.Request) -> bool:
@@ -597,7 +600,8 @@ class Simulator:
         if self.config.latency:
             await asyncio.sleep(self.config.latency)
 
-        fault = self.choose_fault(req)
+        hostile = self.hostile.choose(req)
+        fault = self.choose_fault(req) if hostile is None else None
         if fault is not None:
             self.stats[fault] += 1
             self.stats["faults"] += 1
@@ -630,6 +634,8 @@ class Simulator:
         status = self._status_fault(fault)
         if status is not None:
             return status
+        if hostile is not None:
+            return await self.hostile.answer(request, req, hostile, head, generation_id)
         if req.stream:
             return await self._stream(request, req, fault, head, generation_id)
         return await self._plain(request, req, fault, head, generation_id)

@@ -17,16 +17,27 @@ the cut:
 
 Any other tokenizer encodes its texts whole, as before. ``tests/tokens/test_long_text.py`` proves
 the joined ids equal to the whole text's on every fixture with cuts every few characters.
+
+Pieces are encoded a group at a time (``encode_grouped``), and an encoding can be stopped between
+two groups (``stopping``): a 100 MB answer is a minute of the encoder's time, which a Ctrl-C must
+not have to wait for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 LONG_TEXT_CHARS = 1 << 18
+# Characters handed to the encoder in one call: a piece for each core, so one call keeps every
+# core busy, holds the encoder's working memory for a few pieces only (``tokenizers`` keeps ~500
+# bytes a token until the call returns), and ends within a fraction of a second.
+GROUP_CHARS = max(2, os.cpu_count() or 1) * LONG_TEXT_CHARS
 # Where a cut may sit (before the space).
 _CUT = re.compile(r"(?<=[A-Za-z0-9]) (?=[A-Za-z])")
 # Characters on each side of a cut its check pre-tokenizes.
@@ -52,6 +63,67 @@ def pieces(tokenizer: Any, text: str, size: int | None = None) -> Iterator[str]:
         yield text[start:cut]
         start = cut
     yield text[start:]
+
+
+class EncodingStopped(BaseException):
+    """An encoding stopped between two groups of pieces because its stop was set.
+
+    A ``BaseException``, as ``KeyboardInterrupt``: no ``except Exception`` on the way (a fallback
+    to the tokenizer's own code, a codec's proof) may take it for a failure and encode on.
+    """
+
+
+# The stop event the encodes of this thread obey (``stopping``, ``obey``).
+_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def stopping(stop: threading.Event | None = None) -> Iterator[threading.Event]:
+    """Within the block, this thread's encodes of long texts, and those of the threads that
+    ``obey`` the event yielded, stop at their next group (``EncodingStopped``) once ``stop`` is
+    set. Leaving the block by an exception (Ctrl-C's ``KeyboardInterrupt``) sets it, so a
+    helper thread encoding for the block does not hold the process for minutes."""
+    stop = stop if stop is not None else threading.Event()
+    before = getattr(_THREAD, "stop", None)
+    _THREAD.stop = stop
+    try:
+        yield stop
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        _THREAD.stop = before
+
+
+def obey(stop: threading.Event) -> None:
+    """Make this thread's encodes stop once ``stop`` is set (a helper thread's initializer)."""
+    _THREAD.stop = stop
+
+
+def check_stop() -> None:
+    """Raise ``EncodingStopped`` if the stop this thread obeys is set."""
+    stop = getattr(_THREAD, "stop", None)
+    if stop is not None and stop.is_set():
+        raise EncodingStopped("the encoding was stopped between two groups of pieces")
+
+
+def encode_grouped(
+    pieces: list[str], encode_flat: Callable[[list[str]], list[list[int]]]
+) -> list[list[int]]:
+    """``encode_flat(pieces)``, in calls of about ``GROUP_CHARS`` characters when there are more,
+    a stop (``check_stop``) looked for between two calls."""
+    total = sum(map(len, pieces))
+    if total <= GROUP_CHARS:
+        return encode_flat(pieces)
+    out: list[list[int]] = []
+    start = size = 0
+    for end, piece in enumerate(pieces, 1):
+        size += len(piece)
+        if size >= GROUP_CHARS or end == len(pieces):
+            check_stop()
+            out.extend(encode_flat(pieces[start:end]))
+            start, size = end, 0
+    return out
 
 
 def _next_cut(pre_tokenizer: Any, text: str, position: int) -> int | None:
