@@ -295,3 +295,36 @@ def test_a_resume_after_a_stored_negative_cost_still_holds_the_cap(tmp_path, mon
     )
     assert provider.served == 5
     assert summary.counts["cost"] == 0.0  # status clamps the negative row too
+
+
+class FalseCostProvider(CostlessProvider):
+    """Every answer 512 + 512 tokens with a ``usage.cost`` that is no number of dollars: each
+    is refused at the door, retried, and billed all the same."""
+
+    def __init__(self, cost: object) -> None:
+        super().__init__()
+        self.cost = cost
+
+    async def complete(self, request: web.Request) -> web.Response:
+        self.served += 1
+        usage = {"prompt_tokens": 512, "completion_tokens": 512, "cost": self.cost}
+        return web.json_response(
+            {
+                "id": f"gen-{self.served}",
+                "choices": [{"message": {"content": "Fine."}, "finish_reason": "stop"}],
+                "usage": usage,
+            }
+        )
+
+
+@pytest.mark.parametrize("cost", ["free", -5.0, float("nan")])
+def test_answers_refused_for_a_false_cost_still_count_against_the_cap(tmp_path, monkeypatch, cost):
+    provider = FalseCostProvider(cost if not isinstance(cost, float) or cost == cost else "NaN")
+    summary = run_against(
+        provider, tmp_path, monkeypatch, concurrency=1, max_cost=0.005, max_attempts=50
+    )
+    # Before: refused answers counted nothing, and the server billed 0.0103 under a 0.005 cap.
+    assert provider.served * PER_COMPLETION <= 0.005  # 5 x 2**-10 = $0.00488
+    assert provider.served == 5
+    assert summary.stopped.startswith("reached --max-cost $0.0050")
+    assert stored_completions(tmp_path) == 0

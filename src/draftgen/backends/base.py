@@ -34,6 +34,16 @@ class TokenPrompt:
     stop_ids: list[int]
 
 
+@dataclass(frozen=True)
+class Billed:
+    """What an answer refused for its ``usage`` is still billed on: its counts where they are
+    counts, and the bytes of the answer, which bound its tokens where they are not."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    answer_bytes: int
+
+
 @dataclass
 class ApiError(Exception):
     kind: str
@@ -43,6 +53,9 @@ class ApiError(Exception):
     pushback: bool = False  # the server asked us to slow down
     retry_after: float | None = None
     status: int | None = None
+    # An answer refused for its usage (a false cost, a count out of range) that the server has
+    # delivered, so billed: ``--max-cost`` counts it all the same.
+    billed: Billed | None = None
 
     def __str__(self) -> str:
         status = f"HTTP {self.status} " if self.status else ""
@@ -154,7 +167,7 @@ def parse_completion(body: bytes) -> Completion:
         else None,
         finish_reason=_str_or_none(choice.get("finish_reason")),
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
-        usage=checked_usage(obj.get("usage")),
+        usage=checked_usage(obj.get("usage"), len(body)),
         raw_message=message,
         logprob_bytes=logprob_bytes_of([choice.get("logprobs")]),
     )
@@ -183,6 +196,11 @@ class StreamAccumulator:
         self.done = False
         self.reasoning_field: str | None = None
         self._partial: list[bytes] = []  # the unfinished last line, in pieces
+
+    def answer_bytes(self) -> int:
+        """The bytes of the texts and tool calls received so far."""
+        texts = sum(len(t.encode("utf-8", "surrogatepass")) for t in self.content + self.reasoning)
+        return texts + (len(orjson.dumps(self.tool_calls)) if self.tool_calls else 0)
 
     def feed_bytes(self, data: bytes) -> None:
         """Consume raw bytes as they arrive; lines may be split anywhere and be of any length
@@ -274,7 +292,7 @@ class StreamAccumulator:
             tool_calls=self.tool_calls or None,
             finish_reason=self.finish_reason,
             native_finish_reason=self.native_finish_reason,
-            usage=checked_usage(self.usage),
+            usage=checked_usage(self.usage, self.answer_bytes()),
             raw_message=message,
             logprob_bytes=logprob_bytes_of(self.logprobs) if self.logprobs else None,
         )
@@ -293,9 +311,10 @@ USAGE_COUNTS = (
 MAX_COUNT = 2**31 - 1
 
 
-def checked_usage(usage: object) -> dict:
+def checked_usage(usage: object, answer_bytes: int = 0) -> dict:
     """``usage`` if its counts and cost can be stored and summed, else an ``ApiError``
-    (retried, like a malformed body) naming the field and its value; a body without ``usage``
+    (retried, like a malformed body) naming the field and its value, and what the answer is
+    billed on (``Billed``: its valid counts, else ``answer_bytes``); a body without ``usage``
     has ``{}``.
 
     A missing or null count or ``cost`` is allowed (many servers send none: ``--max-cost``
@@ -304,6 +323,24 @@ def checked_usage(usage: object) -> dict:
     """
     if not isinstance(usage, dict):
         return {}
+    try:
+        return _checked_usage(usage)
+    except ApiError as error:
+        error.billed = Billed(
+            _count_or_none(usage, ("prompt_tokens",)),
+            _count_or_none(usage, ("completion_tokens",)),
+            answer_bytes,
+        )
+        raise
+
+
+def _count_or_none(usage: dict, path: tuple[str, ...]) -> int | None:
+    value = usage.get(path[0])
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    return value if is_int and 0 <= value <= MAX_COUNT else None
+
+
+def _checked_usage(usage: dict) -> dict:
     for path in USAGE_COUNTS:
         value = _usage_field(usage, path)
         is_int = isinstance(value, int) and not isinstance(value, bool)

@@ -142,16 +142,19 @@ class SpendGuard:
         self.limit = limit
         self.spent = spent
         self.completions = completions
+        self.refused = 0  # answers refused for their usage, billed all the same
         self._probing = False
 
     @asynccontextmanager
     async def admit(self, in_flight: int) -> AsyncIterator[None]:
-        while self.completions == 0 and self._probing:
+        while self.billed == 0 and self._probing:
             await asyncio.sleep(0.05)
-        probe = self.completions == 0
+        if self.spent >= self.limit:
+            raise BudgetReached(self.sentence())
+        probe = self.billed == 0
         if probe:
             self._probing = True
-        elif self.spent >= self.limit or self.spent + in_flight * self.mean_cost > self.limit:
+        elif self.spent + in_flight * self.mean_cost > self.limit:
             raise BudgetReached(self.sentence())
         try:
             yield
@@ -160,8 +163,13 @@ class SpendGuard:
                 self._probing = False
 
     @property
+    def billed(self) -> int:
+        """Answers the server billed: completions, and answers refused for their usage."""
+        return self.completions + self.refused
+
+    @property
     def mean_cost(self) -> float:
-        return self.spent / self.completions if self.completions else 0.0
+        return self.spent / self.billed if self.billed else 0.0
 
     def record(self, cost: float) -> None:
         self.spent += cost
@@ -170,6 +178,11 @@ class SpendGuard:
     def add(self, amount: float) -> None:
         """Count ``amount`` more for a completion already recorded (beyond its reported cost)."""
         self.spent += amount
+
+    def add_refused(self, amount: float) -> None:
+        """Count an answer refused for its usage that the server billed, at ``amount``."""
+        self.spent += amount
+        self.refused += 1
 
     def sentence(self) -> str:
         return (

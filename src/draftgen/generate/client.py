@@ -23,6 +23,7 @@ import aiohttp
 from draftgen.backends import Accumulator, Backend
 from draftgen.backends.base import (
     ApiError,
+    Billed,
     StreamAccumulator,
     error_from_status,
     parse_completion,
@@ -196,13 +197,16 @@ class ChatClient:
         endpoint_concurrency: int | None = None,
         health: HealthPolicy | None = None,
         on_endpoint_event: Callable[[str, str, str], None] | None = None,
+        on_billed_refusal: Callable[[Billed, int], None] | None = None,
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
         one attempt in all (0 or None: none), ``max_response_bytes`` its answer.
         ``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
         that could pass a spending limit. With several endpoints, ``concurrency`` is the run's
         total and ``endpoint_concurrency`` (or a spec's own) caps each; ``on_endpoint_event``
-        hears (endpoint, "ejected" | "readmitted" | "removed", why)."""
+        hears (endpoint, "ejected" | "readmitted" | "removed", why); ``on_billed_refusal``
+        hears (what it is billed on, the request's bytes) of each answer refused for its usage,
+        which the server billed all the same (``--max-cost`` counts it)."""
         self.backend = backend
         self._path = backend.path if backend is not None else "/chat/completions"
         self.router = Router(
@@ -220,6 +224,7 @@ class ChatClient:
         self.stop_reason: str | None = None
         self._max_retries = max_retries
         self._budget = budget
+        self._on_billed_refusal = on_billed_refusal
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
         self._max_response_bytes = max_response_bytes
@@ -279,6 +284,8 @@ class ChatClient:
                         self._budget.record(completion.cost)
             except ApiError as exc:
                 error = exc
+                if exc.billed is not None and self._on_billed_refusal is not None:
+                    self._on_billed_refusal(exc.billed, len(body))
             else:
                 self.router.succeeded(endpoint)
                 completion.endpoint = endpoint.label

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
+from draftgen.backends.base import Billed
 from draftgen.collector import collecting_less
 from draftgen.generate.budget import (
     BudgetReached,
@@ -128,6 +129,7 @@ class LiveGeneration:
             endpoint_concurrency=options.endpoint_concurrency,
             health=options.endpoint_health,
             on_endpoint_event=self.writer.note_endpoint_event,
+            on_billed_refusal=self.count_refused,
         )
         self.stop = asyncio.Event()
         self.progress.watch(
@@ -624,6 +626,21 @@ class LiveGeneration:
         if self.started is not None:
             started, self.started = self.started, None
             started.set()
+
+    def count_refused(self, billed: Billed, request_bytes: int) -> None:
+        """Count an answer refused for its usage (a false cost, a count out of range) at listed
+        prices: the server billed it, so ``--max-cost`` holds against any number it sends."""
+        if self.budget is None or self.costs is None:
+            return
+        self.budget.add_refused(
+            self.costs.count(
+                0.0,
+                billed.prompt_tokens,
+                billed.completion_tokens,
+                request_bytes,
+                billed.answer_bytes,
+            )
+        )
 
     def count_cost(self, completion: Completion, request: bytes) -> None:
         """Count what the completion costs by ``CostCounter`` beyond the ``usage.cost`` the client
