@@ -209,8 +209,9 @@ class RunDir:
 
     def cancel(self, api_key_env: str | None = None) -> list[str]:
         """Cancel the run's batches in flight (a ``run --batch``) where the API allows it: a
-        sentence per batch on what became of it and what is still billed. The key is read
-        from ``api_key_env``, else from the variable the run used."""
+        sentence per batch on what became of it and what is still billed, in dollars (a
+        repeated cancel says what the first did), and for several a last line with the total.
+        The key is read from ``api_key_env``, else from the variable the run used."""
         from draftgen.run.cancel import cancel_batches
 
         return asyncio.run(cancel_batches(self.path, api_key_env))

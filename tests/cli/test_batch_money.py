@@ -80,10 +80,11 @@ def test_the_charged_cost_is_the_headline_of_status_json_and_the_report(batch_ru
         "    charged by the API $0.00350 (batch usage.cost); rows stored $0.00200; $0.00150 "
         "billed for rows that never came back" in text
     )
-    # The batch in flight has no worst case (priced only under --max-cost): never "$0.0000".
+    # The batch in flight has no worst case (sent unpriced): never "$0.0000".
     (timing,) = [line for line in text if line.startswith("    timing: ")]
     assert timing.endswith(
-        "worst case in flight unknown (draftgen prices it only under --max-cost)"
+        "worst case in flight unknown (a batch in flight was sent without --max-tokens or a "
+        "listed batch price)"
     )
     result = draftgen("report", str(batch_run))
     assert result.returncode == 0, result.stderr

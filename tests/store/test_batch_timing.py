@@ -82,11 +82,12 @@ def test_money_in_status_json_is_rounded_to_a_nanodollar(tmp_path):
 
 def test_a_batch_in_flight_without_a_worst_case_is_unknown_not_free(tmp_path):
     with Store(tmp_path / "run") as store:
-        intent(store.db, "a", NOW - 60, "submitted", "validating")  # sent without --max-cost
+        intent(store.db, "a", NOW - 60, "submitted", "validating")  # sent without --max-tokens
         timing = batch_timing(store.db, NOW)
         assert timing["worst_cost_in_flight"] is None
         assert timing_text(timing).endswith(
-            "worst case in flight unknown (draftgen prices it only under --max-cost)"
+            "worst case in flight unknown (a batch in flight was sent without --max-tokens or a "
+            "listed batch price)"
         )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from draftgen.cli.parser import (
@@ -186,12 +188,49 @@ def cmd_export(args: argparse.Namespace) -> int:
     from draftgen.api import RunDir
     from draftgen.cli.present import say_snapshot
 
-    written, snapshot = RunDir.open(args.run_dir).export(
-        args.format, args.out, args.include_unverified, args.force
-    )
-    say_snapshot(snapshot, args.run_dir)
-    print(f"wrote {written} rows to {args.out}")
+    with ExportSignals() as signals:
+        written, snapshot = RunDir.open(args.run_dir).export(
+            args.format, args.out, args.include_unverified, args.force
+        )
+        signals.complete = True
+        say_snapshot(snapshot, args.run_dir)
+        print(f"wrote {written} rows to {args.out}")
+    if signals.late is not None:
+        _say_error(
+            f"draftgen: {signal.Signals(signals.late).name} came once the export was complete: "
+            f"{shown(str(args.out))} is kept, and the command ends as it would have"
+        )
     return 0
+
+
+class ExportSignals:
+    """Ctrl-C, SIGTERM and SIGHUP around ``draftgen export``: until the library's export has
+    returned they interrupt it (``KeyboardInterrupt``, whose cleanup the library does; it holds
+    them itself while it puts the file in place); once it has, the export is complete, so a
+    signal is only noted (``late``) and the command prints what it wrote and exits 0."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.complete = False
+        self.late: int | None = None
+        self._saved: dict[int, object] = {}
+
+    def __enter__(self) -> ExportSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._saved[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.complete:
+            self.late = signum
+            return
+        raise KeyboardInterrupt
 
 
 def cmd_vocab(args: argparse.Namespace) -> int:

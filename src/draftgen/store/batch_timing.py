@@ -36,7 +36,7 @@ def batch_timing(db: sqlite3.Connection, now: float) -> dict:
         "finished_batches": len(took),
         "typical_seconds": typical,
         "oldest_age_seconds": now - min(created for created, _ in live) if live else None,
-        # None: a batch in flight was sent without a worst case (it is priced under --max-cost).
+        # None: a batch in flight was sent unpriced (no --max-tokens or no listed price).
         "worst_cost_in_flight": None
         if any(worst is None for _, worst in live)
         else round(sum(worst for _, worst in live), 9),
@@ -90,7 +90,8 @@ def timing_text(timing: dict) -> str:
         parts.append(
             f"worst case in flight {usd(worst)}"
             if worst is not None
-            else "worst case in flight unknown (draftgen prices it only under --max-cost)"
+            else "worst case in flight unknown (a batch in flight was sent without --max-tokens "
+            "or a listed batch price)"
         )
     return "; ".join(parts)
 

@@ -31,7 +31,7 @@ from draftgen.generate.batch.dialects import (
 )
 from draftgen.generate.batch.errors import BatchRunError
 from draftgen.generate.batch.ingest import ingest
-from draftgen.generate.batch.money import BatchBudget, find_batch_prices
+from draftgen.generate.batch.money import BatchBudget, BatchPrices, find_batch_prices, row_worst
 from draftgen.generate.batch.progress import BatchDisplay, BatchProgress
 from draftgen.generate.batch.submit import BatchTarget, reconcile, submit
 from draftgen.generate.contract import Destination, GenerationContext
@@ -164,6 +164,7 @@ class BatchRun:
         self.failed_written: set[str] = set()
         self.unseen: set[str] = set()  # intents whose recorded batch was warned about (404)
         self.stop = asyncio.Event()
+        self.prices: BatchPrices | None = None  # listed batch prices, with --max-tokens
         self.budget: BatchBudget | None = None
         self.budget_blocked = False
         self.began = time.time()
@@ -280,18 +281,25 @@ class BatchRun:
             )
 
     async def _prices(self) -> None:
-        if self.options.max_cost is None:
+        """The batch prices every batch's worst case is counted at (progress, status and the
+        report show it in flight), and ``--max-cost`` with them. Without a listed price or
+        ``--max-tokens`` the worst case is unknown, which only ``--max-cost`` refuses."""
+        max_tokens = self.options.max_tokens
+        if max_tokens is None:  # check_batch_options refused it with --max-cost
             return
         prices, note = await find_batch_prices(self.url, self.model, self.api_key)
         if prices is None:
-            raise BatchRunError(
-                f"--max-cost with --batch needs the batch price and {note}; drop --max-cost or "
-                "use an API whose GET /models lists prices"
-            )
+            if self.options.max_cost is not None:
+                raise BatchRunError(
+                    f"--max-cost with --batch needs the batch price and {note}; drop --max-cost "
+                    "or use an API whose GET /models lists prices"
+                )
+            _log.info("no batch prices (%s): the worst case in flight is unknown", note)
+            return
         _log.info("batch prices: %s", note)
-        self.budget = BatchBudget(
-            self.options.max_cost, prices, self.options.max_tokens, self.store.db
-        )
+        self.prices = prices
+        if self.options.max_cost is not None:
+            self.budget = BatchBudget(self.options.max_cost, prices, max_tokens, self.store.db)
 
     # -- planning and sending ---------------------------------------------------------------------
 
@@ -415,7 +423,7 @@ class BatchRun:
             request = {"messages": messages, "tools": plan.tools}
             request["rendering"] = rendering.as_dict()  # what reconstruction reads, as live
             prompt_tokens = None
-            if self.budget is not None and not rendering.error:
+            if self.prices is not None and not rendering.error:
                 prompt_tokens = len(self.renderer.prompt_ids(rendering))
             rows.append(
                 PlannedRow(
@@ -434,8 +442,9 @@ class BatchRun:
         for part in _by_bytes(rows, self.dialect.max_bytes):
             if self.stop.is_set():
                 return
-            worst = None
-            if self.budget is not None:
+            if self.budget is None:
+                worst = self._worst(part)
+            else:
                 part, worst = self._fit(part)
                 if not part:
                     return
@@ -457,6 +466,14 @@ class BatchRun:
             self.progress.batches[intent.status or intent.state] += 1
             self.progress.rows_in_flight += len(part)
             self.display.refresh()
+
+    def _worst(self, rows: list[PlannedRow]) -> float | None:
+        """The most ``rows`` can cost at the listed batch prices; None when unpriced (no
+        listed price or no ``--max-tokens``), or a row's prompt could not be rendered."""
+        if self.prices is None or any(row.prompt_tokens is None for row in rows):
+            return None
+        max_tokens = self.options.max_tokens
+        return sum(row_worst(self.prices, max_tokens, row.prompt_tokens) for row in rows)
 
     def _fit(self, rows: list[PlannedRow]) -> tuple[list[PlannedRow], float]:
         """The rows that fit in ``--max-cost`` at their worst case, and that worst case."""

@@ -1,9 +1,10 @@
-"""Money in batch mode: the ``:batch`` catalog price, a batch's worst case before it is sent, and
-what has been charged so far (``--max-cost``).
+"""Money in batch mode: the ``:batch`` catalog price, a batch's worst case before it is sent, what
+has been charged so far (``--max-cost``), and what a cancelled batch billed (``draftgen cancel``).
 
-A batch is paid before its answers are seen, so ``--max-cost`` counts every live batch at its
-worst case (each row's prompt plus ``max_tokens`` at the batch price) and sends no batch that
-could pass the limit; a finished batch counts at what it cost.
+A batch is paid before its answers are seen, so every batch is sent with its worst case (each
+row's prompt plus ``max_tokens`` at the batch price; progress, status and the report show it), and
+``--max-cost`` counts every live batch at it and sends no batch that could pass the limit; a
+finished batch counts at what it cost.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ async def find_batch_prices(
     return None, listed
 
 
+def row_worst(prices: BatchPrices, max_tokens: int, prompt_tokens: int) -> float:
+    """The most one row can cost: its prompt and ``max_tokens`` of output at ``prices``."""
+    return prompt_tokens * prices.prompt + max_tokens * prices.completion
+
+
 class BatchBudget:
     """``--max-cost`` for batches: spent plus live worst cases plus the next batch's worst case
     must stay within the limit."""
@@ -53,8 +59,7 @@ class BatchBudget:
         self.db = db
 
     def worst(self, prompt_tokens: int) -> float:
-        """The most one row can cost: its prompt and ``max_tokens`` of output."""
-        return prompt_tokens * self.prices.prompt + self.max_tokens * self.prices.completion
+        return row_worst(self.prices, self.max_tokens, prompt_tokens)
 
     def spent(self) -> float:
         """Charged so far: every stored completion (at the batch price when the API reported
