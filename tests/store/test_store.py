@@ -16,14 +16,35 @@ from draftgen.records import Completion, TokenSample
 from draftgen.store.database import CompletionWriter, RunLock, Store, StoreError
 
 
+def hold_something(store: Store) -> None:
+    """A failure stored under the run's settings: what they were used for."""
+    store.db.execute(
+        "INSERT INTO failures (key, source_id, turn, reason, attempts, created_at)"
+        " VALUES ('k', 's', 0, 'server_error', 1, 0)"
+    )
+
+
 def test_settings_mismatch_refuses_with_both_values(tmp_path):
     store = Store(tmp_path / "run")
     store.check_settings({"model": "a", "max_tokens": 100})
+    hold_something(store)
     store.check_settings({"model": "a", "max_tokens": 100})
     with pytest.raises(StoreError) as info:
         store.check_settings({"model": "a", "max_tokens": 200})
     assert "max_tokens=100 (now 200)" in str(info.value)
     assert "choose a new --out directory" in str(info.value)
+
+
+def test_a_store_that_holds_nothing_takes_new_settings(tmp_path):
+    # A run that stopped before storing anything (its endpoint could not be reached) bought
+    # nothing with its settings; before, its next run was refused "generated with other settings".
+    store = Store(tmp_path / "run")
+    store.check_settings({"model": "a", "max_tokens": 100})
+    store.check_settings({"model": "a", "max_tokens": 200})
+    assert orjson.loads(store.meta("settings")) == {"model": "a", "max_tokens": 200}
+    hold_something(store)
+    with pytest.raises(StoreError, match=r"max_tokens=200 \(now 100\)"):
+        store.check_settings({"model": "a", "max_tokens": 100})
 
 
 def test_run_directory_is_private(tmp_path):

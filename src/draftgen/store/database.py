@@ -344,11 +344,26 @@ class Store:
             for name in sorted(set(stored) | set(settings))
             if stored.get(name) != settings.get(name)
         ]
+        if changed and self.holds_nothing():
+            # A run that stopped before storing anything (an endpoint it could not reach) bought
+            # nothing with its settings: the next one may choose others.
+            self.db.execute(
+                "UPDATE meta SET value = ? WHERE name = 'settings'",
+                (orjson.dumps(settings, option=orjson.OPT_SORT_KEYS).decode(),),
+            )
+            return
         if changed:
             raise StoreError(
                 f"{self.run_dir} was generated with other settings: {', '.join(changed)}; "
                 "rerun with the stored settings to resume, or choose a new --out directory"
             )
+
+    def holds_nothing(self) -> bool:
+        """Whether nothing was generated here yet: no completion, failure or batch."""
+        return not any(
+            self.db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone()
+            for table in ("completions", "failures", "batch_intents", "replaced_completions")
+        )
 
     def check_identity(self, name: str, value: str, what: str) -> None:
         """Record ``value`` under meta ``name``, or refuse if the store has another one.
