@@ -213,3 +213,21 @@ def test_a_routing_that_allows_no_listed_provider_is_noted(tmp_path, sim, monkey
     )
     assert not any(p["routed"] for p in result.providers)
     assert any("allows none of the listed providers" in note for note in result.notes)
+
+
+def test_a_pilot_that_routing_stops_names_the_routing_and_no_scratch_directory(
+    tmp_path, sim, monkeypatch
+):
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-estimate-test")  # "k" would be masked in "check"
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 4)]
+    given = options(tmp_path, inputs, base_url=sim.base_url, pilot=3, provider={"only": ["x"]})
+    with pytest.raises(EstimateError) as info:
+        asyncio.run(estimate(given))
+    # Before: "... check --base-url and --model; everything generated so far is stored in
+    # /tmp/draftgen-estimate-... and the same command resumes", a directory already deleted.
+    message = str(info.value)
+    assert message.startswith("the pilot of 3 prompts stopped: HTTP 404 not_found: ")
+    assert message.endswith(
+        "check [openrouter.provider]: its only/ignore/order leave no provider of this model"
+    )
+    assert "draftgen-estimate-" not in message and "resumes" not in message

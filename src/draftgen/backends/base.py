@@ -131,9 +131,15 @@ def error_from_status(status: int, retry_after_header: str | None, body: bytes) 
     if status == 503:
         return ApiError("overloaded", message, True, False, True, retry_after, status)
     if status == 404:
-        return ApiError(
-            "not_found", f"{message}; check --base-url and --model", False, True, status=status
+        # OpenRouter's 404 for routing that leaves no provider: "No endpoints found matching
+        # your provider preferences", "No allowed providers are available ...".
+        routing = "provider" in message.lower()
+        hint = (
+            "check [openrouter.provider]: its only/ignore/order leave no provider of this model"
+            if routing
+            else "check --base-url and --model"
         )
+        return ApiError("not_found", f"{message}; {hint}", False, True, status=status)
     if status in (408, 409, 425) or status >= 500:
         return ApiError("server_error", message, True, False, False, retry_after, status)
     # 400 (bad request, context length), 403 (moderation), 413, 422: this prompt will not work.

@@ -233,7 +233,8 @@ class LiveGeneration:
             await asyncio.wait(self.workers, timeout=self.options.shutdown_grace)
             raise RunError(
                 f"stopped: {exc}; everything generated so far is stored in {self.options.out} "
-                "and the same command resumes"
+                "and the same command resumes",
+                reason=f"stopped: {exc}",
             ) from None
         except StoreHalted as exc:  # its sentence says where the rows are and what to do
             raise RunError(str(exc)) from None

@@ -175,7 +175,11 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
             shard=None,
             keep_providers=True,
         )
-        summary = await run(_as_run_options(pilot_options))
+        try:
+            summary = await run(_as_run_options(pilot_options))
+        except RunError as exc:
+            # The pilot's directory goes with it: no resume to promise.
+            raise EstimateError(f"the pilot of {options.pilot} prompts {exc.reason}") from None
         with Store(Path(scratch), create=False) as store:
             rows = [
                 (row["completion_tokens"], row["latency"])
