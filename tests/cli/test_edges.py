@@ -211,6 +211,16 @@ def test_a_near_miss_of_a_flag_names_the_flag(flag, message):
     assert result.stderr == f"draftgen run: {message} (see draftgen run --help)\n"
 
 
+def test_every_unknown_flag_is_named_with_its_own_hint():
+    # Before: "unknown option --bogus-a (and 2 more)", one fix per try.
+    result = draftgen("estimate", "--bogus-a", "--max_tokens", "5", "--api-keyy", KEY)
+    assert result.returncode == 2 and KEY not in result.stderr
+    assert result.stderr.startswith(
+        "draftgen estimate: unknown options --bogus-a, --max_tokens (did you mean --max-tokens?), "
+        "--api-keyy (did you mean --api-key-env?); API keys are never taken on the command line"
+    )
+
+
 def test_a_key_flag_still_says_where_keys_go():
     result = draftgen("run", "--api-key", KEY)
     assert result.returncode == 2 and KEY not in result.stderr

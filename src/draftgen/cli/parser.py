@@ -96,23 +96,44 @@ def unknown_arguments(extras: list[str], parser: argparse.ArgumentParser) -> str
     """What was wrong with ``extras`` (arguments no option took), never repeating a value."""
     flags = [arg.split("=", 1)[0] for arg in extras if arg.startswith("-") and len(arg) > 1]
     values = [arg for arg in extras if not (arg.startswith("-") and len(arg) > 1)]
-    if flags:
+    if len(flags) == 1:
         flag = flags[0]
         renamed = renamed_flags()
         if flag in renamed:
             return f"{flag} was renamed {renamed[flag]}"
         close = closest_option(flag, parser)
-        more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
         if _KEY_FLAG.search(flag):
             if close is None or "key" in close:
                 return (
                     f"unknown option {flag} (its value is not shown); {KEYS_GO_IN_THE_ENVIRONMENT}"
                 )
-            return f"unknown option {flag} (its value is not shown){more}; did you mean {close}?"
+            return f"unknown option {flag} (its value is not shown); did you mean {close}?"
         hint = f"; did you mean {close}?" if close else ""
-        return f"unknown option {flag}{more}{hint}"
+        return f"unknown option {flag}{hint}"
+    if flags:
+        # Every one named, with its own hint: fixing one at a time takes as many tries.
+        named = [_unknown_flag(flag, parser) for flag in flags[:MAX_NAMED]]
+        if len(flags) > MAX_NAMED:
+            named.append(f"{len(flags) - MAX_NAMED} more")
+        keys = any(_KEY_FLAG.search(flag) for flag in flags)
+        return f"unknown options {', '.join(named)}" + (
+            f"; {KEYS_GO_IN_THE_ENVIRONMENT}" if keys else ""
+        )
     shown = ", ".join(described(value) for value in values[:3])
     return f"unexpected argument{'s' if len(values) > 1 else ''} {shown}"
+
+
+MAX_NAMED = 5  # unknown flags named one by one in a message; the rest are counted
+
+
+def _unknown_flag(flag: str, parser: argparse.ArgumentParser) -> str:
+    """One unknown flag as a list of them names it: with what it was renamed or most likely
+    meant, its value never shown."""
+    renamed = renamed_flags()
+    if flag in renamed:
+        return f"{flag} (renamed {renamed[flag]})"
+    close = closest_option(flag, parser)
+    return f"{flag} (did you mean {close}?)" if close else flag
 
 
 # Flags of other tools that people type for draftgen's (vLLM's benchmarks, OpenAI's API, datasets
