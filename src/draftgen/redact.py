@@ -108,12 +108,13 @@ def described(value: object) -> str:
 
 
 def usd_decimals(amount: float) -> int:
-    """Decimals a dollar amount is shown with: four (a run's cost), or three significant digits
-    for less than a cent (a sample's price: $0.000123, never $0.0001), up to the 1e-9 the store
-    keeps."""
+    """Decimals a dollar amount is shown with: cents (a run's cost: $12.35), or four significant
+    digits for less than a cent (a sample's price: $0.0001234, never $0.00), up to the 1e-9 the
+    store keeps."""
     if amount == 0 or abs(amount) >= 0.01:
-        return 4
-    return min(9, 2 - math.floor(math.log10(abs(amount))))
+        return 2
+    decimals = min(9, 3 - math.floor(math.log10(abs(amount))))
+    return 2 if abs(round(amount, decimals)) >= 0.01 else decimals  # $0.0099999 is $0.01
 
 
 def usd(amount: float | None) -> str:

@@ -70,17 +70,17 @@ def test_the_charged_cost_is_the_headline_of_status_json_and_the_report(batch_ru
     assert counts["retried_attempts"] == 1 == sum(counts["retried_errors"].values())
     text = draftgen("status", str(batch_run)).stdout.splitlines()
     assert (
-        "  cost                $0.00350  (as the batch API charged it, $0.00150 of it for rows "
+        "  cost                $0.003500  (as the batch API charged it, $0.001500 of it for rows "
         "that never came back)" in text
     )
-    assert "  $ per verified      $0.00350  (cost over 1 verified samples)" in text
+    assert "  $ per verified      $0.003500  (cost over 1 verified samples)" in text
     assert "  retried attempts    1  (batch_cancelled 1)" in text
     assert not any("retried errors" in line for line in text)
     assert (
-        "    charged by the API $0.00350 (batch usage.cost); rows stored $0.00200; $0.00150 "
+        "    charged by the API $0.003500 (batch usage.cost); rows stored $0.002000; $0.001500 "
         "billed for rows that never came back" in text
     )
-    # The batch in flight has no worst case (sent unpriced): never "$0.0000".
+    # The batch in flight has no worst case (sent unpriced): never "$0.00".
     (timing,) = [line for line in text if line.startswith("    timing: ")]
     assert timing.endswith(
         "worst case in flight unknown (a batch in flight was sent without --max-tokens or a "
@@ -92,14 +92,14 @@ def test_the_charged_cost_is_the_headline_of_status_json_and_the_report(batch_ru
     assert report["totals"]["cost"] == charged and report["totals"]["retried_attempts"] == 1
     page = (batch_run / "report.html").read_text()
     tile = '<div class="label">cost (USD)</div><div class="value">$<span class="num" '
-    assert tile + 'data-metric="[&quot;totals&quot;,&quot;cost&quot;]">0.00350</span>' in page
+    assert tile + 'data-metric="[&quot;totals&quot;,&quot;cost&quot;]">0.003500</span>' in page
 
 
 def test_the_batch_progress_line_counts_what_was_billed_without_rows():
     from draftgen.generate.batch.progress import BatchProgress
 
     progress = BatchProgress(total_rows=2, cost=ROW_COST, billed_without_rows=CANCELLED_COST)
-    assert "| cost $0.00350 |" in progress.line()
+    assert "| cost $0.003500 |" in progress.line()
     assert progress.fields()["cost"] == ROW_COST + CANCELLED_COST
 
 

@@ -22,18 +22,18 @@ def test_status_prints_a_line_per_provider_and_the_headline(tmp_path):
     lines = result.stdout.splitlines()
     cost = next(i for i, line in enumerate(lines) if line.startswith("  cost "))
     assert lines[cost - 1] == "  completions stored  11  (tokens 33 prompt + 22 completion)"
-    assert lines[cost] == "  cost                $0.0220"
+    assert lines[cost] == "  cost                $0.02"
     # The headline sits under the cost it divides.
-    assert lines[cost + 1] == "  $ per verified      $0.00550  (cost over 4 verified samples)"
+    assert lines[cost + 1] == "  $ per verified      $0.005500  (cost over 4 verified samples)"
     start = lines.index("  providers:")
     assert lines[start + 1 : start + 5] == [
-        "    Alpha    samples 4  verified 3 (75.0%)  cost $0.00600  $ per verified $0.00200"
+        "    Alpha    samples 4  verified 3 (75.0%)  cost $0.006000  $ per verified $0.002000"
         "  failed: prompt_count_mismatch 1",
-        "    Beta     samples 3  verified 1 (33.3%)  cost $0.00400  $ per verified $0.00400"
+        "    Beta     samples 3  verified 1 (33.3%)  cost $0.004000  $ per verified $0.004000"
         "  truncated 1  failed: completion_count_mismatch 1",
-        "    Gamma    samples 3  verified 0 (0.0%)  cost $0.0120  $ per verified -"
+        "    Gamma    samples 3  verified 0 (0.0%)  cost $0.01  $ per verified -"
         "  failed: prompt_count_mismatch 2, provider_strips_whitespace 1",
-        "    unknown  samples 0  verified 0  cost $0.0000  $ per verified -",
+        "    unknown  samples 0  verified 0  cost $0.00  $ per verified -",
     ]
 
 

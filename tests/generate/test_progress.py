@@ -96,7 +96,7 @@ def test_the_plain_line_carries_every_figure(capsys):
     assert (record["verified"], record["samples_reconstructed"]) == (3, 4)
     assert "retried: rate_limited 2; failed turns: gave_up_after_2_attempts 1" in record["message"]
     # The headline: what the store paid over the samples it verified.
-    assert "| $/verified $0.000100 |" in record["message"]
+    assert "| $/verified $0.0001000 |" in record["message"]
     assert record["cost_per_verified"] == pytest.approx(0.0001)
 
 
@@ -118,12 +118,12 @@ def test_the_display_shows_a_line_per_provider_from_the_store():
     console = Console(file=io.StringIO(), width=100)
     console.print(display._table())
     shown = console.file.getvalue()
-    assert "$ per verified sample" in shown and "$0.000196" in shown  # 0.0049 over 25
+    assert "$ per verified sample" in shown and "$0.0001960" in shown  # 0.0049 over 25
     rows = [line.split("│")[1:5] for line in shown.splitlines() if line.count("│") == 5]
     assert "┃ provider " in shown and " $ per verified ┃" in shown
     assert [[cell.strip() for cell in row] for row in rows] == [
-        ["Alpha", "20", "95.0%", "$0.000100"],
-        ["[red]Beta", "10", "60.0%", "$0.000500"],  # a server's name, never rich markup
+        ["Alpha", "20", "95.0%", "$0.0001000"],
+        ["[red]Beta", "10", "60.0%", "$0.0005000"],  # a server's name, never rich markup
         ["Gamma", "0", "-", "-"],
     ]
 

@@ -138,7 +138,7 @@ def test_the_provider_table_prices_a_verified_sample_in_fractions_of_a_cent(tmp_
     assert table["unknown"]["unverified_shares"] == {}
     section = provider_section(report["providers"])
     alpha = section.split("<tr><td>Alpha</td>")[1].split("</tr>")[0]
-    price = '[&quot;providers&quot;,0,&quot;cost_per_verified&quot;]">0.00200</span>'
+    price = '[&quot;providers&quot;,0,&quot;cost_per_verified&quot;]">0.002000</span>'
     assert f'$<span class="num" data-metric="{price}' in alpha
     assert "prompt_count_mismatch <span" in alpha and ">25.0</span>%" in alpha
     gamma = section.split("<tr><td>Gamma</td>")[1].split("</tr>")[0]
@@ -616,7 +616,7 @@ def test_a_batch_run_draws_its_rounds_and_their_time_not_a_throughput(report):
     assert "<th>finished batches took</th><td>14m (median of" in section
     assert "<th>this round ends</th><td>in about 9m, at the latest in 23h55m (the 24h" in section
     worst = "[&quot;batches&quot;,&quot;timing&quot;,&quot;worst_cost_in_flight&quot;]"
-    assert f'{worst}">0.2500<' in section
+    assert f'{worst}">0.25<' in section
     assert "billed for rows that never came back" in section
     # A bar a batch, in its round's colour; the time axis in seconds and minutes.
     assert f'fill="{GREY}"><title>batch_a: cancelled, sent at 0 s, took 60 s;' in section

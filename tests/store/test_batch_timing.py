@@ -40,7 +40,7 @@ def test_timing_of_finished_and_live_batches(tmp_path):
         assert text == (
             "oldest batch in flight 1h05m; finished batches took 15m (median of 2); this round "
             "ends in about 10m, at the latest 23h55m (the 24h window); worst case in flight "
-            "$0.7500"
+            "$0.75"
         )
         assert store.counts()["batches"]["timing"]["finished_batches"] == 2
 

@@ -745,7 +745,7 @@ def metric(path: tuple, value, decimals: int | None = None, scale: int = 1) -> s
 
 
 def dollars(path: tuple, value) -> str:
-    """Money as every command prints it (``redact.usd``): four decimals, or three significant
+    """Money as every command prints it (``redact.usd``): cents, or four significant
     digits under a cent."""
     return "$" + metric(path, value, usd_decimals(value or 0.0))
 

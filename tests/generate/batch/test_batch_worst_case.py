@@ -11,6 +11,8 @@ import pytest
 from batch_runs import TOKENIZER, store_rows
 from conftest import draftgen
 
+from draftgen.redact import usd
+
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "prompts.jsonl"
 # The simulator's listing of moonshotai/kimi-k2.5:batch, USD per token (half the live price).
 BATCH_PROMPT, BATCH_COMPLETION = 0.3e-6, 1.25e-6
@@ -35,7 +37,7 @@ def test_a_batch_sent_without_max_cost_carries_its_worst_case_in_status_and_prog
     assert store_rows(out, "SELECT worst_cost FROM batch_intents") == [(pytest.approx(worst),)]
     figures = json.loads(draftgen("status", str(out), "--json").stdout)
     assert figures["batches"]["timing"]["worst_cost_in_flight"] == pytest.approx(worst)
-    shown = f"worst case in flight ${worst:.5f}"
+    shown = f"worst case in flight {usd(worst)}"
     assert any(line.endswith(shown) for line in draftgen("status", str(out)).stdout.splitlines())
     assert shown in result.stderr  # the progress line
 
