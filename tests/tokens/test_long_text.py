@@ -184,3 +184,53 @@ def test_leaving_a_stopping_block_by_an_exception_sets_its_stop():
         pass
     assert not calm.is_set()
     long_text.check_stop()  # this thread obeys nothing once the blocks are left
+
+
+# -- comparing long texts, and the pieces where one changes another ------------------------------
+
+
+def naive_prefix(a: str, b: str) -> int:
+    size = 0
+    while size < min(len(a), len(b)) and a[size] == b[size]:
+        size += 1
+    return size
+
+
+SIMILAR = st.tuples(
+    st.text(alphabet="ab \n", max_size=3000),
+    st.text(alphabet="ab \n", max_size=40),
+    st.text(alphabet="ab \n", max_size=40),
+    st.text(alphabet="ab \n", max_size=40),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=SIMILAR, start=st.integers(min_value=0, max_value=50))
+def test_common_prefix_and_suffix_are_the_naive_ones(parts, start):
+    shared, head, other_head, end = parts
+    a, b = head + shared + end, other_head + shared
+    start = min(start, naive_prefix(a, b))
+    assert long_text.common_prefix(a, b, start) == naive_prefix(a, b) - start
+    backwards = naive_prefix(a[::-1], b[::-1])
+    start = min(start, backwards)
+    assert long_text.common_suffix(a, b, start) == backwards - start
+
+
+@pytest.mark.parametrize("trail", ["", " "])
+@pytest.mark.parametrize("where", [40, 3000, 6600])
+def test_changed_pieces_never_take_a_changed_middle_for_the_same(monkeypatch, where, trail):
+    tokenizer = load_tokenizer("fixture:qwen3")
+    monkeypatch.setattr(long_text, "LONG_TEXT_CHARS", 1500)
+    base = " ".join(("alpha", "beta", "café", "42")[i % 4] for i in range(1400))
+    text = "\n" + base[:where] + "X" + base[where + 1 :] + trail
+    pieces = long_text.changed_pieces(long_text.cutter(tokenizer), base, text)
+    # A third change far from both edges is in no piece: not counted so.
+    assert (pieces is None) == (trail != "" and where == 3000)
+    if pieces is not None:
+        olds, news = pieces[::2], pieces[1::2]
+        assert max(map(len, pieces)) < 1500
+        count = len(reference_encode(tokenizer, base)) + sum(
+            len(reference_encode(tokenizer, new)) - len(reference_encode(tokenizer, old))
+            for old, new in zip(olds, news, strict=True)
+        )
+        assert count == len(reference_encode(tokenizer, text))

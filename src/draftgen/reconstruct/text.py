@@ -13,9 +13,12 @@ path still runs beside them and its agreement is ``TokenSample.text_check``.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import datetime as dt
 import re
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,6 +32,7 @@ from draftgen.reconstruct.verify import (
     PROMPT_RENDER_FAILED,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
+    WHITESPACE_UNCHECKED,
     special_text_in_prompt,
     verify_logprob_ids,
     verify_sample,
@@ -36,6 +40,7 @@ from draftgen.reconstruct.verify import (
     with_doubts,
 )
 from draftgen.records import Completion, StoredCompletion, TokenSample
+from draftgen.tokens import long_text
 from draftgen.tokens import tokenizer as tok
 from draftgen.tokens.fast_encoder import special_pattern, splits_at_specials, trie_pattern
 from draftgen.tokens.rendering import ChatRenderer, RenderError
@@ -652,9 +657,12 @@ def reconstruct_from_text(
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
-    repair = None
+    repair = unchecked = None
     if expected is not None and len(completion_ids) != expected:
-        repair = whitespace_repair(completion, prompt_text, profile, tokenizer, reading.texts)
+        counts = [len(ids) for ids in encoded]
+        repair, unchecked = _whitespace_repair(
+            completion, prompt_text, profile, tokenizer, reading.texts, counts
+        )
     verdict = verify_sample(
         stored=stored,
         profile=profile,
@@ -662,7 +670,7 @@ def reconstruct_from_text(
         completion_ids=completion_ids,
         completion_text=reading.texts[chosen],
         decoded_text=tok.decode(tokenizer, completion_ids),
-        notes=reading.notes_of(chosen),
+        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []),
         whitespace_repair=repair,
         special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
     )
@@ -687,14 +695,24 @@ def whitespace_repairs(
 ) -> list[tuple[str, str, list[str]]]:
     """(lead, trail, reading texts) for each edge whitespace a provider may have stripped, in
     the order ``whitespace_repair`` tries them."""
-    repairs = []
-    for lead in EDGE_WHITESPACE:
-        for trail in EDGE_WHITESPACE:
-            if lead or trail:
-                repaired = copy.copy(completion)  # not ``replace``: 15 of these a sample
-                repaired.content = lead + (completion.content or "") + trail
-                repairs.append((lead, trail, read_completion(repaired, prompt_text, profile).texts))
-    return repairs
+    return list(_repaired_readings(completion, prompt_text, profile))
+
+
+def _repaired_readings(
+    completion: Completion, prompt_text: str, profile: ModelProfile
+) -> Iterator[tuple[str, str, list[str]]]:
+    """``whitespace_repairs`` one repair at a time: a long answer's readings are full copies of
+    it, so only one repair's are held at once."""
+    for lead, trail in _EDGE_PAIRS:
+        repaired = copy.copy(completion)  # not ``replace``: 15 of these a sample
+        repaired.content = lead + (completion.content or "") + trail
+        yield lead, trail, read_completion(repaired, prompt_text, profile).texts
+
+
+# Whitespace restored before and after the content, in the order repairs are tried.
+_EDGE_PAIRS = [
+    (lead, trail) for lead in EDGE_WHITESPACE for trail in EDGE_WHITESPACE if lead or trail
+]
 
 
 def whitespace_repair(
@@ -703,27 +721,68 @@ def whitespace_repair(
     profile: ModelProfile,
     tokenizer: Any,
     texts: list[str] | None = None,
+    counts: list[int] | None = None,
 ) -> str | None:
     """If whitespace restored at the content's edges makes the count match, say which.
 
-    ``texts`` are the readings of the completion as it came (their ids are at hand): a repaired
-    reading is counted from one of them by encoding only what lies between the special tokens
-    around the change (``CountFrom``), where the tokenizer is proven to split at special tokens.
+    ``texts`` are the readings of the completion as it came (their ids are at hand, ``counts``
+    their lengths when given): a repaired reading is counted from one of them by encoding only
+    what lies between the special tokens around the change, or for a long text only the pieces
+    around its changed edges (``CountFrom``).
     """
+    return _whitespace_repair(completion, prompt_text, profile, tokenizer, texts, counts)[0]
+
+
+def _whitespace_repair(
+    completion: Completion,
+    prompt_text: str,
+    profile: ModelProfile,
+    tokenizer: Any,
+    texts: list[str] | None = None,
+    counts: list[int] | None = None,
+) -> tuple[str | None, str | None]:
+    """(``whitespace_repair``'s answer, a note when the repairs could not be counted): a long
+    text whose repaired counts cannot be worked out from pieces is not encoded whole once per
+    repair (15 full copies: 3 GB for a 15 MB answer), it is left unrepaired and says so."""
     expected = completion.completion_tokens
+    known = texts or read_completion(completion, prompt_text, profile).texts
     if profile.segmented is not None:
         # Segments are encoded each on its own: count every repaired reading whole.
-        for lead, trail, _ in whitespace_repairs(completion, prompt_text, profile):
+        if _is_long(known):
+            return None, _unchecked(completion, "its family encodes it segment by segment")
+        for lead, trail in _EDGE_PAIRS:
             content = lead + (completion.content or "") + trail
             reading = read_completion(replace(completion, content=content), prompt_text, profile)
             if any(len(reading.ids(tokenizer, i)) == expected for i in range(len(reading.texts))):
-                return f"the count matches with {lead!r} before and {trail!r} after the content"
-        return None
-    known = texts or read_completion(completion, prompt_text, profile).texts
-    for lead, trail, counts in _repair_plan(completion, prompt_text, profile, tokenizer, known):
-        if any(count_from(tokenizer, pieces) == expected for pieces in counts):
-            return f"the count matches with {lead!r} before and {trail!r} after the content"
-    return None
+                return _repair_text(lead, trail), None
+        return None, None
+    known_counts = {id(text): (text, n) for text, n in zip(known, counts or (), strict=False)}
+    for lead, trail, plan in _repair_plan(completion, prompt_text, profile, tokenizer, known):
+        for pieces in plan:
+            count = count_from(tokenizer, pieces, known_counts)
+            if count is None:
+                return None, _unchecked(
+                    completion, "its count cannot be worked out from pieces around its edges"
+                )
+            if count == expected:
+                return _repair_text(lead, trail), None
+    return None, None
+
+
+def _repair_text(lead: str, trail: str) -> str:
+    return f"the count matches with {lead!r} before and {trail!r} after the content"
+
+
+def _unchecked(completion: Completion, why: str) -> str:
+    size = len(completion.content or "")
+    return (
+        f"{WHITESPACE_UNCHECKED}: the content is {size:,} characters and {why}, so no "
+        "whitespace was restored at its edges (a whole encode of it for each of 15 repairs)"
+    )
+
+
+def _is_long(texts: list[str]) -> bool:
+    return any(len(text) > long_text.LONG_TEXT_CHARS for text in texts)
 
 
 def _repair_plan(
@@ -748,18 +807,37 @@ def _plan_repairs(
     known: list[str],
 ) -> list[tuple[str, str, list[tuple[str, ...]]]]:
     counter = CountFrom(tokenizer, known)
-    return [
-        (lead, trail, [counter.pieces(text) for text in repaired])
-        for lead, trail, repaired in whitespace_repairs(completion, prompt_text, profile)
-    ]
+    plan = []
+    for lead, trail, repaired in _repaired_readings(completion, prompt_text, profile):
+        plan.append((lead, trail, [counter.pieces(text) for text in repaired]))
+        if any(not pieces for pieces in plan[-1][2]):
+            break  # a reading that cannot be counted: the repairs after it are not tried
+    return plan
 
 
-def count_from(tokenizer: Any, pieces: tuple[str, ...]) -> int:
-    """The count ``CountFrom.pieces`` stand for: a whole text's, or a known text's changed."""
+def count_from(
+    tokenizer: Any, pieces: tuple[str, ...], known: dict[int, tuple[str, int]] | None = None
+) -> int | None:
+    """The count ``CountFrom.pieces`` stand for: a whole text's, or a known text's with pieces of
+    it changed; None for no pieces (a text that cannot be counted so). ``known``: counts of known
+    texts at hand, by ``id``."""
+    if not pieces:
+        return None
     if len(pieces) == 1:
         return tok.count(tokenizer, pieces[0])
-    base, old, new = (tok.count(tokenizer, piece) for piece in pieces)
-    return base - old + new
+    base = pieces[0]
+    entry = (known or {}).get(id(base))
+    total = entry[1] if entry is not None and entry[0] is base else tok.count(tokenizer, base)
+    return total + _change(tokenizer, pieces)
+
+
+def _change(tokenizer: Any, pieces: tuple[str, ...]) -> int:
+    """How many ids ``pieces`` (a known text, then its changed pieces and theirs instead) add."""
+    olds, news = pieces[1::2], pieces[2::2]
+    return sum(
+        tok.count(tokenizer, new) - tok.count(tokenizer, old)
+        for old, new in zip(olds, news, strict=True)
+    )
 
 
 def repair_texts(stored: StoredCompletion, tokenizer: Any, profile: ModelProfile) -> list[str]:
@@ -786,57 +864,71 @@ class CountFrom:
     Ids never merge across a special token (checked per tokenizer by ``splits_at_specials``):
     then a text's count is a known text's count, less the ids of the known text between the last
     special token before the first difference and the first one after the last difference, plus
-    the ids of the new text's span there. Without that proof the whole text is encoded.
+    the ids of the new text's span there. Without that proof the whole text is encoded. Where
+    that span is long (a long answer with whitespace restored at both its edges), only the
+    pieces around its changes are (``long_text.changed_pieces``), or the text is not counted.
     """
 
     def __init__(self, tokenizer: Any, known: list[str]) -> None:
         self.tokenizer = tokenizer
         inner = getattr(tokenizer, "inner", tokenizer)
         pattern = special_pattern(inner) if splits_at_specials(inner) else None
-        # Each known text with the starts and ends of its special tokens.
-        # Each known text with its beginnings up to a special token's end (longest first) and
-        # its endings from a special token's start (longest first), sliced once.
-        self.known = []
-        if pattern is not None:
-            for text in known:
-                matches = list(pattern.finditer(text))
-                heads = [(m.end(), text[: m.end()]) for m in reversed(matches)]
-                tails = [(m.start(), text[m.start() :]) for m in matches]
-                self.known.append((text, heads, [*tails, (len(text), "")]))
+        self.proven = pattern is not None
+        self.cutter = long_text.cutter(inner)
+        # Each known text with where its special tokens start and end: positions, not slices
+        # (a slice per special token of a long text would be a copy of it each).
+        self.known: list[tuple[str, array, array]] = []
+        for text in known:
+            starts, ends = array("q"), array("q")
+            for match in pattern.finditer(text) if pattern is not None else ():
+                starts.append(match.start())
+                ends.append(match.end())
+            self.known.append((text, starts, ends))
 
     def pieces(self, text: str) -> tuple[str, ...]:
-        """What the count of ``text`` is made of (``count_from``): ``(text,)``, or a known text,
-        its span that changes and what ``text`` has there instead."""
-        window = self._window(text)
-        return (text,) if window is None else window
+        """What the count of ``text`` is made of (``count_from``): ``(text,)``, or a known text
+        and pairs of its pieces that change and what ``text`` has there instead; ``()`` for a
+        long text that cannot be counted without encoding it whole."""
+        windows = self._windows(text)
+        if self.proven and windows:
+            base, start, end = windows[0]
+            if end - start <= long_text.LONG_TEXT_CHARS:
+                return base, base[start:end], text[start : end + len(text) - len(base)]
+        elif len(text) <= long_text.LONG_TEXT_CHARS:
+            return (text,)
+        if self.cutter is not None:
+            for base, start, end in windows:
+                changed = long_text.changed_pieces(self.cutter, base, text, start, end)
+                if changed is not None:
+                    return (base, *changed)
+        return ()
 
-    def count(self, text: str) -> int:
+    def count(self, text: str) -> int | None:
         return count_from(self.tokenizer, self.pieces(text))
 
-    def _window(self, text: str) -> tuple[str, str, str] | None:
-        """(known text, its span that changes, what ``text`` has there instead), the smallest.
+    def _windows(self, text: str) -> list[tuple[str, int, int]]:
+        """(known text, start, end) of each known text, the smallest span first: ``text`` begins
+        as the known text up to ``start`` and ends as it from ``end``, both special tokens' edges
+        (or the texts' ends); without proof of those, each known text whole.
 
-        The span runs from the last special token's end up to which ``text`` begins as the
-        known text, to the first special token's start from which it ends as it: only the few
-        special tokens of a text are tried (a comparison in C each), never every character.
+        The span runs from the last special token's end within the texts' common beginning to
+        the first special token's start within their common ending.
         """
-        best = None
-        for base, heads, tails in self.known:
-            start = next((e for e, head in heads if text.startswith(head)), 0)
+        windows = []
+        for base, starts, ends in self.known:
+            if not self.proven:
+                windows.append((base, 0, len(base)))
+                continue
+            same_start = long_text.common_prefix(base, text)
+            same_end = long_text.common_suffix(base, text)
+            at = bisect.bisect_right(ends, same_start)
+            start = ends[at - 1] if at else 0
             tail = len(text) - len(base)  # where base[i:] would begin in text: i + tail
-            end = next(
-                (
-                    s
-                    for s, ending in tails
-                    if s >= start and s + tail >= start and text.endswith(ending)
-                ),
-                None,
-            )
-            if end is None:
-                continue  # texts that do not end alike: not from this one
-            if best is None or end - start < len(best[1]):
-                best = (base, base[start:end], text[start : end + tail])
-        return best
+            least = max(start, start - tail, len(base) - same_end)
+            at = bisect.bisect_left(starts, least)
+            end = starts[at] if at < len(starts) else len(base)
+            windows.append((base, start, end))
+        return sorted(windows, key=lambda window: window[2] - window[1])
 
 
 def strip_is_invisible(content: str, tokenizer: Any) -> bool:
@@ -849,11 +941,17 @@ def strip_is_invisible(content: str, tokenizer: Any) -> bool:
 
 
 def strips_are_invisible(contents: list[str], tokenizer: Any, batch: int = 256) -> list[bool]:
-    """``strip_is_invisible`` of each content, the texts encoded in batch calls."""
+    """``strip_is_invisible`` of each content, the texts encoded in batch calls; a long content
+    counted from the pieces around its edges (``CountFrom``), or, where it cannot be, taken as
+    invisible (unprovable) rather than encoded whole 16 times."""
     variants = len(EDGE_WHITESPACE) ** 2
-    invisible = []
-    for start in range(0, len(contents), batch):
-        chunk = contents[start : start + batch]
+    invisible: list[bool | None] = [
+        _long_strip_is_invisible(content, tokenizer) if _is_long([content]) else None
+        for content in contents
+    ]
+    short = [index for index, known in enumerate(invisible) if known is None]
+    for start in range(0, len(short), batch):
+        chunk = [contents[index] for index in short[start : start + batch]]
         texts = [
             lead + content + trail
             for content in chunk
@@ -861,8 +959,17 @@ def strips_are_invisible(contents: list[str], tokenizer: Any, batch: int = 256) 
             for trail in EDGE_WHITESPACE
         ]
         counts = [len(ids) for ids in tok.encode_batch(tokenizer, texts)]
-        for index, content in enumerate(chunk):
+        for offset, content in enumerate(chunk):
             # Both edges at once too: a strip takes leading and trailing whitespace together.
-            own, *others = counts[index * variants : (index + 1) * variants]
-            invisible.append(bool(content) and own in others)
-    return invisible
+            own, *others = counts[offset * variants : (offset + 1) * variants]
+            invisible[short[start + offset]] = bool(content) and own in others
+    return [bool(hidden) for hidden in invisible]
+
+
+def _long_strip_is_invisible(content: str, tokenizer: Any) -> bool:
+    counter = CountFrom(tokenizer, [content])
+    for lead, trail in _EDGE_PAIRS:
+        pieces = counter.pieces(lead + content + trail)
+        if len(pieces) < 3 or _change(tokenizer, pieces) == 0:
+            return True  # not countable from pieces: unprovable, as an invisible strip is
+    return False

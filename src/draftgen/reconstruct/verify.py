@@ -54,6 +54,10 @@ PROMPT_DATE_UNPROVEN = "prompt_date_unproven"
 # spells a special token, which servers render as that token's id. Legal, and the ids are what the
 # server used, but such rows are suspicious (prompt injection, leaked markup): filter on it.
 SPECIAL_TEXT_IN_PROMPT = "special_text_in_prompt"
+# A note on a sample whose count matched no reading: its content is long and its counts with
+# whitespace restored at its edges could not be worked out from pieces of it (a tokenizer whose
+# texts cannot be cut), so no repair was tried rather than one whole encode each.
+WHITESPACE_UNCHECKED = "whitespace_repairs_not_tried"
 # Notes left by the reading of a completion with structured tool calls.
 TOOL_CALLS_REBUILT = "tool_calls_rebuilt"
 TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"

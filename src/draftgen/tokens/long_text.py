@@ -127,13 +127,46 @@ def encode_grouped(
 
 
 def _next_cut(pre_tokenizer: Any, text: str, position: int) -> int | None:
-    for match in _CUT.finditer(text, position):
-        cut = match.start()
-        window = text[max(cut - WINDOW, 0) : cut + WINDOW]
-        offset = cut - max(cut - WINDOW, 0)
-        if any(start == offset for _, (start, _) in pre_tokenizer.pre_tokenize_str(window)):
-            return cut
+    return cut_after(pre_tokenizer, text, position)
+
+
+def cutter(tokenizer: Any) -> Any:
+    """What checks a cut of ``tokenizer``'s texts (its pre-tokenizer), None if they may not be
+    cut as the module says."""
+    return _cuttable(tokenizer)
+
+
+def cut_after(pre_tokenizer: Any, text: str, position: int, limit: int | None = None) -> int | None:
+    """The first place at or after ``position`` (and at most ``limit``) where ``text`` may be
+    cut, checked by ``pre_tokenizer`` (``cutter``); None if there is none."""
+    end = len(text) if limit is None else min(len(text), limit + 2)
+    for match in _CUT.finditer(text, position, end):
+        if _cut_holds(pre_tokenizer, text, match.start()):
+            return match.start()
     return None
+
+
+def cut_before(pre_tokenizer: Any, text: str, position: int, floor: int = 0) -> int | None:
+    """The last place at or before ``position`` (and at least ``floor``) where ``text`` may be
+    cut; looked for backwards in growing spans, so a near one costs a few characters' scan."""
+    span = 256
+    while True:
+        start = max(floor, position - span)
+        found = [m.start() for m in _CUT.finditer(text, start, min(len(text), position + 2))]
+        for cut in reversed(found):
+            if cut <= position and _cut_holds(pre_tokenizer, text, cut):
+                return cut
+        if start <= floor:
+            return None
+        span *= 4
+
+
+def _cut_holds(pre_tokenizer: Any, text: str, cut: int) -> bool:
+    """Whether the tokenizer's own pre-tokenizer starts a pre-token at ``cut`` when given the
+    characters around it."""
+    window = text[max(cut - WINDOW, 0) : cut + WINDOW]
+    offset = cut - max(cut - WINDOW, 0)
+    return any(start == offset for _, (start, _) in pre_tokenizer.pre_tokenize_str(window))
 
 
 def _cuttable(tokenizer: Any) -> Any:
@@ -177,3 +210,138 @@ def _steps(pre_tokenizer: dict) -> list[dict]:
     if pre_tokenizer.get("type") == "Sequence":
         return [step for inner in pre_tokenizer.get("pretokenizers", []) for step in _steps(inner)]
     return [pre_tokenizer] if pre_tokenizer else []
+
+
+# -- a long text's count from a known text's ---------------------------------------------------
+
+# How far the common middle of two texts may have moved between them (characters), and the
+# largest piece ``changed_pieces`` hands back to be encoded.
+MAX_SHIFT = 256
+# Characters compared at once when two long texts are compared (one slice of this size at a time).
+_COMPARE_CHARS = 1 << 20
+
+
+def changed_pieces(
+    pre_tokenizer: Any, base: str, text: str, start: int = 0, end: int | None = None
+) -> tuple[str, ...] | None:
+    """What ``text`` changes of ``base`` within ``base[start:end]``, as (base's piece, text's
+    piece) pairs flattened, each no longer than ``LONG_TEXT_CHARS``; None if no such pieces are
+    found.
+
+    ``text`` must begin as ``base[:start]`` and end as ``base[end:]``, and both be places ids do
+    not cross (special tokens' edges, or the texts' ends). Then the count of ``text`` is the
+    count of ``base``, less the ids of base's pieces, plus those of text's: each piece lies
+    between places the texts may be cut (``cut_after``) with the same characters around them in
+    both texts, and what lies between the pieces is the same in both (compared, never assumed).
+    Two pieces when the texts differ near both ends of a long middle (edge whitespace restored
+    around a long answer), else one. ``pre_tokenizer`` is ``cutter``'s.
+    """
+    end = len(base) if end is None else end
+    tail = len(text) - len(base)
+    lo = min(start + common_prefix(base, text, start), end)
+    hi = max(end - common_suffix(base, text, len(base) - end), lo, lo - tail)
+    if hi > end:
+        return None
+    # Pieces begin and end at cuts whose windows hold no change, or at the span's own edges.
+    first = cut_before(pre_tokenizer, base, lo - WINDOW, start + WINDOW)
+    last = cut_after(pre_tokenizer, base, hi + WINDOW, end - WINDOW)
+    first = start if first is None else first
+    last = end if last is None else last
+    if max(last - first, last + tail - first) <= LONG_TEXT_CHARS:
+        return base[first:last], text[first : last + tail]
+    middle = _common_middle(pre_tokenizer, base, text, lo, hi)
+    if middle is None:
+        return None
+    cut, other_cut, shift = middle
+    if (
+        not first <= cut < other_cut <= last
+        or cut + shift < first
+        or other_cut + shift > last + tail
+    ):
+        return None
+    pieces = (
+        base[first:cut],
+        text[first : cut + shift],
+        base[other_cut:last],
+        text[other_cut + shift : last + tail],
+    )
+    return pieces if max(map(len, pieces)) <= LONG_TEXT_CHARS else None
+
+
+def _common_middle(
+    pre_tokenizer: Any, base: str, text: str, lo: int, hi: int
+) -> tuple[int, int, int] | None:
+    """(cut, other cut, shift): ``base[cut:other_cut]`` is ``text[cut + shift:other_cut +
+    shift]``, and so are the ``WINDOW`` characters around either cut; the cuts lie after ``lo``
+    and before ``hi`` by more than ``MAX_SHIFT``. None if there are none such."""
+    cut = cut_after(pre_tokenizer, base, lo + WINDOW + MAX_SHIFT, hi - WINDOW - MAX_SHIFT)
+    other = cut_before(pre_tokenizer, base, hi - WINDOW - MAX_SHIFT, lo + WINDOW + MAX_SHIFT)
+    if cut is None or other is None or cut >= other:
+        return None
+    probe = base[cut - WINDOW : cut + WINDOW]
+    reach = MAX_SHIFT + abs(len(text) - len(base))
+    low, high = max(0, cut - WINDOW - reach), cut + WINDOW + reach
+    found = text.find(probe, low, high)
+    for _ in range(8):  # periodic text: several places match the probe; any that holds will do
+        if found < 0:
+            return None
+        shift = found - (cut - WINDOW)
+        if same_text(base, cut - WINDOW, other + WINDOW, text, found):
+            return cut, other, shift
+        found = text.find(probe, found + 1, high)
+    return None
+
+
+def same_text(base: str, start: int, end: int, text: str, at: int) -> bool:
+    """Whether ``base[start:end]`` is ``text[at:at + end - start]``, compared a slice at a time."""
+    if at < 0 or at + end - start > len(text):
+        return False
+    for position in range(start, end, _COMPARE_CHARS):
+        stop = min(end, position + _COMPARE_CHARS)
+        if not text.startswith(base[position:stop], at + position - start):
+            return False
+    return True
+
+
+def common_prefix(a: str, b: str, start: int = 0) -> int:
+    """How many characters from ``start`` on ``a`` and ``b`` have in common, compared in
+    slices that grow (a difference near ``start`` costs a few characters' comparison)."""
+    size = min(len(a), len(b))
+    position, step = start, 64
+    while position < size:
+        stop = min(size, position + step)
+        if a.startswith(b[position:stop], position):
+            position, step = stop, min(step * 2, _COMPARE_CHARS)
+            continue
+        while stop - position > 16:  # the difference is in this slice: halve it
+            middle = (position + stop) // 2
+            if a.startswith(b[position:middle], position):
+                position = middle
+            else:
+                stop = middle
+        while a[position] == b[position]:
+            position += 1
+        break
+    return max(position, start) - start if start <= size else 0
+
+
+def common_suffix(a: str, b: str, start: int = 0) -> int:
+    """How many characters ``a`` and ``b`` have in common at their ends, from ``start``
+    characters before their ends on."""
+    size = min(len(a), len(b))
+    position, step = start, 64
+    while position < size:
+        stop = min(size, position + step)
+        if a.endswith(b[len(b) - stop : len(b) - position], 0, len(a) - position):
+            position, step = stop, min(step * 2, _COMPARE_CHARS)
+            continue
+        while stop - position > 16:
+            middle = (position + stop) // 2
+            if a.endswith(b[len(b) - middle : len(b) - position], 0, len(a) - position):
+                position = middle
+            else:
+                stop = middle
+        while a[len(a) - 1 - position] == b[len(b) - 1 - position]:
+            position += 1
+        break
+    return max(position, start) - start if start <= size else 0
