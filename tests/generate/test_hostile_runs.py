@@ -269,11 +269,13 @@ def test_max_cost_holds_against_a_server_whose_costs_are_false(tmp_path, baselin
     accepted = [t for t in truth if t.get("hostile") == "bad-cost" and not refused(t)]
     refusals = [t for t in truth if refused(t)]
     assert 0 < len(got) < PROMPTS and len(accepted) >= 3
-    assert limit * 0.75 <= counted <= limit * 1.25
+    # What the server billed, refused answers included: the guard counts those at listed prices
+    # too (before, they were not, and 28 answers were billed for $0.0103 under this cap).
+    billed = sum(t["cost"] for t in truth)
+    assert counted <= billed <= limit
+    assert billed >= limit * 0.75  # one request at a time: the run went close to the cap
     assert recorded_errors(got) == {"malformed_response": len(refusals) - unrecorded(truth, got)}
     assert peak <= RSS_FACTOR * baselines[False] + RSS_SLACK
-    # Not held: the refused answers, billed by this server, are not counted (docs/reliability.md).
-    billed = sum(t["cost"] for t in truth)
     print(
         f"bad-cost, --max-cost ${limit}: {len(got)} stored ({len(accepted)} with a cost not "
         f"believed), counted ${counted:.4f}; billed {len(truth)} for ${billed:.4f}, of which "

@@ -130,6 +130,9 @@ def test_soak_with_kills(tmp_path, request, stream):
             "--max-retries",
             "1000000",
             "--stream" if stream else "--no-stream",
+            # Every purchase here is a first one: buying a provider's spoiled samples again is
+            # a second purchase by design, killed and resumed in tests/run/test_rebuy_kill.py.
+            "--keep-providers",
         )
         env = {**os.environ, "DRAFTGEN_TEST_KEY": SECRET}
         bought: set[str] = set()
