@@ -13,7 +13,7 @@ from draftgen import DraftgenError, Run, RunOptions
 from draftgen.cli import doc as clidoc
 from draftgen.cli import main as cli
 from draftgen.cli.config import ConfigError, example_text, load_config, top_level
-from draftgen.cli.parser import build_parser, subparsers
+from draftgen.cli.parser import build_parser, global_dests, subparsers
 from draftgen.options import (
     COMMAND_SETTINGS,
     NO_ENDPOINT,
@@ -29,7 +29,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def options_by_dest(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    own = {"help", *global_dests()}  # options every command takes
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in own}
 
 
 @pytest.mark.parametrize("command", ["run", "estimate"])

@@ -15,6 +15,7 @@ import pytest
 from draftgen.backends import get_backend
 from draftgen.cli import main as cli
 from draftgen.cli.config import ConfigError, example_text, load_config, resolve
+from draftgen.cli.parser import global_dests
 from draftgen.generate.endpoints import EndpointSpec
 from draftgen.records import GenerationSettings
 from draftgen.simulator import SimConfig, SimulatorThread
@@ -28,8 +29,9 @@ def run_parser():
 
 
 def options_of(parser) -> dict:
-    """The parser's options by dest, those about finding the config file left out."""
-    meta = {"help", "config", "no_config"}
+    """The parser's options by dest, those about finding the config file and the global ones
+    (given on the command line only) left out."""
+    meta = {"help", "config", "no_config", *global_dests()}
     return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in meta}
 
 

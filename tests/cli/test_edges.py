@@ -16,6 +16,7 @@ import pytest
 from conftest import draftgen
 from sample_runs import make_run
 
+from draftgen.cli import main as cli
 from draftgen.redact import usd
 
 HUB_ID = "moonshotai/Kimi-K2.5"
@@ -280,6 +281,16 @@ def test_status_of_a_folder_of_runs_lists_them(run_dir, tmp_path):
             ["--log-json", "status", "/nonexistent/run"],
             "draftgen: /nonexistent/run holds no draftgen run (draftgen.sqlite is missing)",
         ),
+        # A global flag after the command means the same.
+        (
+            ["run", "--max-token", "5", "--log-json"],
+            "draftgen run: unknown option --max-token (its value is not shown); did you mean "
+            "--max-tokens? (see draftgen run --help)",
+        ),
+        (
+            ["status", "/nonexistent/run", "--log-json"],
+            "draftgen: /nonexistent/run holds no draftgen run (draftgen.sqlite is missing)",
+        ),
     ],
 )
 def test_log_json_makes_every_stderr_line_json_from_the_first(argv, message):
@@ -293,6 +304,26 @@ def test_log_json_makes_every_stderr_line_json_from_the_first(argv, message):
         "message": message,
     }
     assert lines[0]["ts"].endswith("+00:00")
+
+
+@pytest.mark.parametrize(
+    "argv, level, json_lines",
+    [
+        (["status", "r"], "info", False),
+        (["--log-level", "debug", "--log-json", "status", "r"], "debug", True),
+        (["status", "r", "--log-level", "debug", "--log-json"], "debug", True),
+        (["export", "--log-json", "r", "--out", "o", "--log-level=warning"], "warning", True),
+        # Given on both sides, the one after the command is the last word.
+        (
+            ["--log-level", "debug", "--log-json", "status", "r", "--log-level", "error"],
+            "error",
+            True,
+        ),
+    ],
+)
+def test_global_flags_mean_the_same_before_and_after_the_command(argv, level, json_lines):
+    args = cli.build_parser().parse_args(argv)
+    assert (args.log_level, args.log_json) == (level, json_lines)
 
 
 def test_log_json_keeps_records_and_wraps_printed_lines(run_dir, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from listing_server import ListingServer
 
 from draftgen.cli import main as cli
-from draftgen.cli.parser import build_parser, subparsers
+from draftgen.cli.parser import build_parser, global_dests, subparsers
 from draftgen.options import every_setting
 from draftgen.simulator import wire
 
@@ -28,7 +28,8 @@ def providers(capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_the_parser_is_the_declarations():
     parser = subparsers(build_parser())["providers"]
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    own = {"help", *global_dests()}  # options every command takes
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in own}
     declared = {s.key: s for s in every_setting() if "providers" in s.commands and s.flag}
     assert set(actions) == set(declared)
     for key, item in declared.items():

@@ -96,6 +96,16 @@ def test_cancel_twice_says_what_the_first_did_and_what_the_rows_billed_in_dollar
         assert store_rows(out, "SELECT status, cost FROM batch_intents") == [
             ("cancelled", pytest.approx(end["cost"]))
         ]
+        # Ended, though no run has stored its results: not in flight, and charged what it cost.
+        batches = json.loads(draftgen("status", str(out), "--json").stdout)["batches"]
+        assert batches["in_flight"] == [] and batches["rows_in_flight"] == 0
+        assert batches["final"] == {"cancelled": 1}
+        assert batches["charged"] == pytest.approx(end["cost"])
+        assert batches["timing"]["worst_cost_in_flight"] == 0
+        text = draftgen("status", str(out)).stdout
+        assert "  batches:  0 in flight (0 rows), 1 final (1 cancelled)" in text
+        assert f"    charged by the API {charged} (batch usage.cost)" in text
+        assert "nothing yet" not in text and "worst case in flight" not in text
     finally:
         sim.stop()
 

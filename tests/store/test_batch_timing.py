@@ -107,3 +107,26 @@ def test_rounds_are_the_batches_sent_before_the_first_of_them_ended(tmp_path):
         ("intent d", 3, 100),  # in flight: how long it has been running
     ]
     assert [r["in_flight"] for r in rounds] == [False, False, False, True]
+
+
+def test_a_batch_that_ended_before_a_run_stored_it_is_charged_not_in_flight(tmp_path):
+    from draftgen.generate.batch.money import BatchBudget, BatchPrices
+    from draftgen.store.batch_timing import batch_rounds
+
+    with Store(tmp_path / "run") as store:
+        # draftgen cancel recorded the final status and cost; no run has stored its results yet.
+        intent(store.db, "a", NOW - 600, "submitted", "cancelled", NOW - 300, worst=0.25)
+        intent(store.db, "b", NOW - 60, "submitted", "in_progress", NOW - 10, worst=0.5)
+        store.db.execute("UPDATE batch_intents SET cost = 0.0015 WHERE nonce = 'a'")
+        batches = store.batch_figures()
+        assert [b["nonce"] for b in batches["in_flight"]] == ["b"]
+        assert batches["rows_in_flight"] == 5
+        assert batches["final"] == {"cancelled": 1}
+        assert batches["charged"] == 0.0015
+        timing = batch_timing(store.db, NOW)
+        assert timing["worst_cost_in_flight"] == 0.5 and timing["oldest_age_seconds"] == 60
+        assert timing["billed_without_rows"] == 0.0015
+        assert store.counts()["cost"] == 0.0015
+        assert [r["in_flight"] for r in batch_rounds(store.db, NOW)] == [False, True]
+        budget = BatchBudget(1.0, BatchPrices(1e-6, 1e-6, "test"), 64, store.db)
+        assert budget.committed() == 0.5 and budget.spent() == 0.0015

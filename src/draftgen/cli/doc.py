@@ -81,8 +81,8 @@ def render(
         "hand (tests/cli/test_clidoc.py checks it is current). Each command has a guide: "
         "`docs/<command>.md`.",
         "",
-        "Global options (`--log-level`, `--log-json`) go before the command: "
-        "`draftgen --log-json run ...`.",
+        "Global options (`--log-level`, `--log-json`) go before or after the command, to the "
+        "same effect: `draftgen --log-json run ...` or `draftgen run ... --log-json`.",
         "",
     ]
     with _fixed_width():

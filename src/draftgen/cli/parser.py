@@ -195,8 +195,7 @@ def build_parser(
         prog="draftgen",
         description="Regenerate prompt datasets with a target model and export exact token ids.",
     )
-    parser.add_argument("--version", action="version", version=f"draftgen {__version__}")
-    _add_logging(parser)
+    _add_global(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="generate, store, reconstruct and verify (resumable)")
     _add_merge(commands)
@@ -219,6 +218,8 @@ def build_parser(
         add_settings(estimate, command_settings("estimate", options, extra))
         add_settings(providers, command_settings("providers", options, extra))
         _add_simulate(simulate)
+    for command in subparsers(parser).values():
+        _add_global(command, after_command=True)
     return parser
 
 
@@ -620,24 +621,39 @@ def _add_simulated_batches(simulate: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_logging(parser: argparse.ArgumentParser) -> None:
-    """Global options: given before the command (draftgen --log-json run ...)."""
+GLOBAL_OPTIONS = "global options (also accepted before the command)"
+
+
+def _add_global(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
+    """The global options, declared once: given before the command (draftgen --log-json run
+    ...) or after it (draftgen run ... --log-json), to the same effect. A command's copy has no
+    default, so it never undoes one given before the command."""
     from draftgen.logs import LEVELS
 
-    parser.add_argument(
+    group = parser.add_argument_group(GLOBAL_OPTIONS) if after_command else parser
+    group.add_argument("--version", action="version", version=f"draftgen {__version__}")
+    group.add_argument(
         "--log-level",
         choices=LEVELS,
-        default="info",
+        default=argparse.SUPPRESS if after_command else "info",
         help="least severe log records written to stderr (default info; debug adds one line "
         "per request attempt)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--log-json",
         action="store_true",
+        default=argparse.SUPPRESS if after_command else False,
         help="write every line on stderr as JSON (ts, level, logger, message, fields): log "
         "records, errors and notices alike; a run's live display gives way to its progress "
         "records",
     )
+
+
+def global_dests() -> frozenset[str]:
+    """The global options' names in a namespace: every command takes them besides its own."""
+    parser = argparse.ArgumentParser(add_help=False)
+    _add_global(parser)
+    return frozenset(action.dest for action in parser._actions)
 
 
 PROVIDERS_HELP = (

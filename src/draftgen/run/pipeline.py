@@ -32,7 +32,7 @@ from draftgen.reconstruct.background import BackgroundReconstruction
 from draftgen.run.context import RunContext
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.run.rebuy import rebuy_spoiled
-from draftgen.store.database import REJECTED_NAME, Store
+from draftgen.store.database import DB_NAME, LOCK_NAME, REJECTED_NAME, Store
 from draftgen.tokens.tokenizer import tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
@@ -250,28 +250,32 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
     # The tokenizer is loaded here, before the first request, which is rendered with it: a bad
     # tokenizer stops the run at once.
     profile = ctx.profile
+    # The refusals that need no store come first: a run refused there makes no directory.
+    base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
+    if base_url is not None:
+        for spec in base_url:
+            check_base_url(spec.url, options.allow_insecure_http)
+        if not api_key and ctx.backend.needs_api_key:
+            state = "is empty" if options.api_key_env in os.environ else "is not set"
+            raise RunError(
+                f"environment variable {options.api_key_env} {state}; export your API key "
+                "in it or name another one with --api-key-env"
+            )
+    made = _first_missing(options.out)
+    new_store = not (options.out / DB_NAME).exists()
     # Locked against other runs, its files checked, what a lost store or a full disk left taken
     # back; closing the store lets go of the lock.
     store = Store.open_run(options.out)
+    refused = True  # until the first request: a refusal leaves no directory it made behind
     try:
         check_shard(store, options.shard, options.out)
         store.check_settings(ctx.settings.as_dict())
         store.check_identity(TOKENIZER_DIGEST, tokenizer_digest(options.tokenizer), "tokenizer")
         simulator = None
-        base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
         if base_url is None:
             simulator = await _start_embedded_simulator(ctx)
             # Any bearer token passes; not a word that log redaction would then mask everywhere.
             base_url, api_key = simulator.base_url, "draftgen-embedded-simulator-key"
-        else:
-            for spec in base_url:
-                check_base_url(spec.url, options.allow_insecure_http)
-            if not api_key and ctx.backend.needs_api_key:
-                state = "is empty" if options.api_key_env in os.environ else "is not set"
-                raise RunError(
-                    f"environment variable {options.api_key_env} {state}; export your API key "
-                    "in it or name another one with --api-key-env"
-                )
         destination = Destination(base_url, api_key)
         await before_first_request(ctx, store, destination, simulator)
         store.set_meta("tokenizer", options.tokenizer)
@@ -285,6 +289,7 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
                 "layout derived from the chat template (profile generic): %s",
                 "; ".join(profile.derived.describe()),
             )
+        refused = False
         try:
             try:
                 progress = await choose_engine(options).generate(
@@ -306,7 +311,53 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
         store.identity.check(store.db)
         return RunSummary(progress=progress, counts=store.counts(), stopped=stopped)
     finally:
+        if refused and new_store:
+            _remove_unused(store, made)
         store.close()
+
+
+# The files a run's store makes in its directory (SQLite's beside its database).
+STORE_FILES = frozenset(
+    {LOCK_NAME, DB_NAME, *(DB_NAME + suffix for suffix in ("-wal", "-shm", "-journal"))}
+)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist (None: ``path`` does)."""
+    missing = None
+    for directory in (path, *path.parents):
+        if directory.exists():
+            return missing
+        missing = directory
+    return missing
+
+
+def _remove_unused(store: Store, made: Path | None) -> None:
+    """After a refusal before the first request, what this run made for a store that holds
+    nothing: the store's files (removed with the lock still held), then the directory and the
+    parents made for it (``made``: the outermost; None if it existed), each only if empty. A
+    ``rejected.jsonl`` keeps it all: the refusal names it."""
+    run_dir = store.run_dir
+    try:
+        if not store.holds_nothing() or (run_dir / REJECTED_NAME).exists():
+            return
+        store.db.close()
+        for name in STORE_FILES - {LOCK_NAME}:
+            (run_dir / name).unlink(missing_ok=True)
+        if store.lock is not None and store.lock.made_file:
+            (run_dir / LOCK_NAME).unlink(missing_ok=True)
+    except Exception:  # a file left behind is the lesser harm
+        return
+    store.close()  # lets go of the lock: the directory may go
+    if made is None:
+        return
+    for directory in (run_dir, *run_dir.parents):
+        try:
+            directory.rmdir()  # only ever an empty one
+        except OSError:
+            return
+        if directory == made:
+            return
 
 
 def choose_engine(options: RunOptions) -> Engine:

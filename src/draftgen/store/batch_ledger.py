@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from draftgen.store.batch_timing import batch_timing
+from draftgen.store.batch_timing import IN_FLIGHT, batch_timing
 from draftgen.store.database import CompletionWriter, Store
 
 # An intent's states: its batch may exist (submitting: create sent or about to be; submitted:
@@ -145,11 +145,12 @@ class Ledger:
         return found
 
     def figures(self) -> dict:
-        """Intents by state, batches by status, rows in flight: what ``status`` shows."""
+        """Intents by state, batches by status, rows in flight (not those of a batch that ended
+        before a run stored its results): what ``status`` shows."""
         by_state = dict(self.db.execute("SELECT state, count(*) FROM batch_intents GROUP BY 1"))
         rows = self.db.execute(
             "SELECT count(*) FROM batch_rows r JOIN batch_intents i ON i.nonce = r.nonce"
-            " WHERE r.outcome IS NULL AND i.state IN ('submitting', 'submitted')"
+            f" WHERE r.outcome IS NULL AND {IN_FLIGHT}"
         ).fetchone()[0]
         return {
             "by_state": by_state,

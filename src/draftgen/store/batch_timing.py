@@ -16,17 +16,25 @@ from draftgen.redact import usd
 # not finished by then expires, and its unfinished rows are sent again in the next round.
 WINDOW_SECONDS = 24 * 3600
 
+# A batch's final statuses. An intent whose batch reached one has ended, whether or not a run has
+# stored its results yet (``draftgen cancel`` and a poll record the status first): it is not in
+# flight, and what the API reports it cost is charged.
+FINAL_STATUSES = ("completed", "failed", "expired", "cancelled")
+_FINAL = "(" + ", ".join(f"'{status}'" for status in FINAL_STATUSES) + ")"
+# SQL conditions on batch_intents: the intents whose batch may still run, and those that ended.
+IN_FLIGHT = f"(state IN ('submitting', 'submitted') AND coalesce(status, '') NOT IN {_FINAL})"
+ENDED = f"(state = 'ingested' OR (state IN ('submitting', 'submitted') AND status IN {_FINAL}))"
+
 
 def batch_timing(db: sqlite3.Connection, now: float) -> dict:
     """The timing figures of the batches in ``db`` (a run store's connection) at ``now``."""
     live = db.execute(
-        "SELECT created_at, worst_cost FROM batch_intents"
-        " WHERE state IN ('submitting', 'submitted')"
+        f"SELECT created_at, worst_cost FROM batch_intents WHERE {IN_FLIGHT}"
     ).fetchall()
     took = [
         seconds
         for (seconds,) in db.execute(
-            "SELECT status_at - created_at FROM batch_intents WHERE state = 'ingested'"
+            f"SELECT status_at - created_at FROM batch_intents WHERE {ENDED}"
             " AND status = 'completed' AND status_at IS NOT NULL AND status_at >= created_at"
         )
     ]
@@ -97,12 +105,13 @@ def timing_text(timing: dict) -> str:
 
 
 def billed_without_rows(db: sqlite3.Connection) -> float:
-    """What final batches charged (``usage.cost``) beyond the cost of the rows they returned: a
-    cancelled batch bills its finished rows and returns none. The run's cost counts it."""
+    """What ended batches charged (``usage.cost``) beyond the cost of their rows that are
+    stored: a cancelled batch bills its finished rows and returns none, and one whose results no
+    run has stored yet is charged all the same. The run's cost counts it."""
     return db.execute(
         "SELECT coalesce(sum(max(0, i.cost - coalesce((SELECT sum(c.cost) FROM batch_rows r"
         " JOIN completions c ON c.key = r.key WHERE r.nonce = i.nonce AND r.outcome = 'done'),"
-        " 0))), 0) FROM batch_intents i WHERE i.state = 'ingested' AND i.cost IS NOT NULL"
+        f" 0))), 0) FROM batch_intents i WHERE {ENDED} AND i.cost IS NOT NULL"
     ).fetchone()[0]
 
 
@@ -113,12 +122,12 @@ def batch_rounds(db: sqlite3.Connection, now: float) -> list[dict]:
     cursor = db.execute(
         "SELECT i.nonce, i.batch_id, i.state, i.status, i.rows, i.created_at, i.status_at,"
         " i.cost, (SELECT count(*) FROM batch_rows r WHERE r.nonce = i.nonce"
-        " AND r.outcome = 'done') FROM batch_intents i ORDER BY i.created_at, i.nonce"
+        f" AND r.outcome = 'done'), {IN_FLIGHT} FROM batch_intents i"
+        " ORDER BY i.created_at, i.nonce"
     )
     rounds: list[dict] = []
     number, first_end = 0, None
-    for nonce, batch_id, state, status, rows, created, status_at, cost, answered in cursor:
-        live = state in ("submitting", "submitted")
+    for nonce, batch_id, state, status, rows, created, status_at, cost, answered, live in cursor:
         ended = now if live or status_at is None else max(status_at, created)
         # A round is the batches sent before the first of them ended: the next round's rows
         # are the turns its answers made possible (and the rows a failed batch left).
@@ -131,7 +140,7 @@ def batch_rounds(db: sqlite3.Connection, now: float) -> list[dict]:
                 "round": number,
                 "batch": batch_id or f"intent {nonce}",
                 "status": status or ("not yet seen" if live else state),
-                "in_flight": live,
+                "in_flight": bool(live),
                 "sent_at": round(created, 3),
                 "seconds": round(ended - created, 3),
                 "rows": rows,

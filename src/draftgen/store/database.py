@@ -32,7 +32,7 @@ import orjson
 from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, DerivedLayout
 from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
-from draftgen.store.batch_timing import batch_timing, billed_without_rows
+from draftgen.store.batch_timing import ENDED, IN_FLIGHT, batch_timing, billed_without_rows
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -887,7 +887,8 @@ class Store:
     def batch_figures(self) -> dict:
         """Batches of ``run --batch`` (empty for a live run): intents by state, final batches by
         status, the ones in flight, and what the API charged (``usage.cost``) against the cost
-        of the rows that came back."""
+        of the rows that came back. A batch that reached a final status (recorded by ``draftgen
+        cancel`` or a poll) is final before a run stores its results."""
         one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
         if not one("SELECT count(*) FROM batch_intents")[0]:
             return {}
@@ -903,12 +904,11 @@ class Store:
             }
             for nonce, batch_id, state, status, rows, created_at, status_at in self.db.execute(
                 "SELECT nonce, batch_id, state, status, rows, created_at, status_at"
-                " FROM batch_intents WHERE state IN ('submitting', 'submitted')"
-                " ORDER BY created_at, nonce"
+                f" FROM batch_intents WHERE {IN_FLIGHT} ORDER BY created_at, nonce"
             )
         ]
         charged, known = one(
-            "SELECT coalesce(sum(cost), 0), count(cost) FROM batch_intents WHERE state = 'ingested'"
+            f"SELECT coalesce(sum(cost), 0), count(cost) FROM batch_intents WHERE {ENDED}"
         )
         rows_cost = one(
             "SELECT coalesce(sum(c.cost), 0) FROM batch_rows r JOIN completions c ON c.key = r.key"
@@ -920,7 +920,7 @@ class Store:
             ),
             "final": dict(
                 self.db.execute(
-                    "SELECT status, count(*) FROM batch_intents WHERE state = 'ingested'"
+                    f"SELECT status, count(*) FROM batch_intents WHERE {ENDED}"
                     " GROUP BY 1 ORDER BY 2 DESC"
                 )
             ),

@@ -20,9 +20,10 @@ import orjson
 from draftgen.backends import all_backends
 from draftgen.backends.base import error_from_status, parse_retry_after
 from draftgen.logs import add_secret
+from draftgen.store.batch_timing import FINAL_STATUSES as ENDED_STATUSES
 
 CHAT_ENDPOINT = "/v1/chat/completions"
-FINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
+FINAL_STATUSES = frozenset(ENDED_STATUSES)
 STATUSES = (
     "validating",
     "in_progress",

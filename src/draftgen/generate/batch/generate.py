@@ -35,7 +35,7 @@ from draftgen.generate.batch.money import BatchBudget, BatchPrices, find_batch_p
 from draftgen.generate.batch.progress import BatchDisplay, BatchProgress
 from draftgen.generate.batch.submit import BatchTarget, reconcile, submit
 from draftgen.generate.contract import Destination, GenerationContext
-from draftgen.generate.endpoints import EndpointSpec, endpoint_label
+from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_specs
 from draftgen.generate.resume import SourceIds, StoredTurns
 from draftgen.generate.signals import SignalStop
 from draftgen.inputs.ingest import Rejection
@@ -78,21 +78,26 @@ class Batch:
 
 
 def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
-    """Where batches go: ``--batch-url``, else the run's one endpoint (OpenAI-style file batches
-    on the built-in simulator are served at ``/v1``, beside OpenRouter's ``/api/v1``)."""
+    """Where batches go: ``--batch-url``, else the run's one endpoint, whichever way it was
+    given (one ``--base-url``, one ``[[backend.endpoints]]``, the built-in simulator). With
+    openai-files, a root ending in ``/api/v1`` (OpenRouter's layout, which the simulator
+    follows) is taken as the ``/v1`` beside it, where OpenAI-style file batches are served."""
     if options.batch_url:
         return options.batch_url.rstrip("/")
-    if isinstance(base_url, str):
-        url = base_url.rstrip("/")
-        if options.batch_dialect == "openai-files" and url.endswith("/api/v1"):
-            url = url.removesuffix("/api/v1") + "/v1"
-        return url
-    if len(base_url) != 1:
-        raise BatchRunError(
-            f"--batch sends every batch to one API, and {len(base_url)} endpoints are given; "
-            "name it with --batch-url, or give one --base-url"
-        )
-    return base_url[0].url.rstrip("/")
+    urls = [spec.url for spec in endpoint_specs(base_url)]
+    if len(urls) != 1:
+        raise BatchRunError(several_endpoints(len(urls)))
+    url = urls[0].rstrip("/")
+    if options.batch_dialect == "openai-files" and url.endswith("/api/v1"):
+        url = url.removesuffix("/api/v1") + "/v1"
+    return url
+
+
+def several_endpoints(count: int) -> str:
+    return (
+        f"--batch sends every batch to one API, and {count} endpoints are given; name it with "
+        "--batch-url (batch_url in draftgen.toml), or give one endpoint"
+    )
 
 
 def check_batch_options(options, settings: GenerationSettings, backend: Backend) -> None:
@@ -119,6 +124,9 @@ def check_batch_options(options, settings: GenerationSettings, backend: Backend)
         raise BatchRunError(f"--batch-size {options.batch_size} must be 1 or more")
     if options.batch_retries < 0:
         raise BatchRunError(f"--batch-retries {options.batch_retries} must be 0 or more")
+    given = options.endpoints or (endpoint_specs(options.base_url) if options.base_url else [])
+    if not options.batch_url and len(given) > 1:
+        raise BatchRunError(several_endpoints(len(given)))
 
 
 class BatchRun:

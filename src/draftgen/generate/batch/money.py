@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from draftgen.backends.listing import listed_prices
-from draftgen.store.batch_timing import billed_without_rows
+from draftgen.store.batch_timing import IN_FLIGHT, billed_without_rows
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,10 @@ class BatchBudget:
         return stored + billed_without_rows(self.db)
 
     def committed(self) -> float:
-        """The worst case of the batches still running (their rows may all come back long)."""
+        """The worst case of the batches still running (their rows may all come back long); one
+        that ended counts in ``spent`` at what it cost."""
         return self.db.execute(
-            "SELECT coalesce(sum(worst_cost), 0) FROM batch_intents"
-            " WHERE state IN ('submitting', 'submitted')"
+            f"SELECT coalesce(sum(worst_cost), 0) FROM batch_intents WHERE {IN_FLIGHT}"
         ).fetchone()[0]
 
     def room(self) -> float:
