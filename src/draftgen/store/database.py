@@ -829,10 +829,10 @@ class Store:
     def spent(self) -> float:
         """What every completion bought cost (a negative cost counts 0), those replaced by a
         re-buy included."""
-        return (
-            self.db.execute("SELECT coalesce(sum(max(cost, 0)), 0) FROM completions").fetchone()[0]
-            + self.rebuy_figures()["spoiled_cost"]
-        )
+        return self.db.execute(
+            "SELECT coalesce(sum(max(cost, 0)), 0) FROM (SELECT cost FROM completions"
+            " UNION ALL SELECT cost FROM replaced_completions)"
+        ).fetchone()[0]
 
     def spoiled_completions(self, providers: list[str]) -> list[dict]:
         """The completions of ``providers`` whose sample failed a check (not one cut at
