@@ -664,6 +664,16 @@ class RunOptions:
         "provider whose samples fail proof while the others' pass (provider.ignore; see "
         "docs/providers.md) and buys its spoiled samples again elsewhere",
     )
+    no_calibrate: bool = setting(
+        False,
+        kind=bool,
+        group="limits",
+        help="ask the providers no calibration questions: by default a live OpenRouter run "
+        "first sends each provider it may route to a prompt of a few tokens (max_tokens 1) "
+        "whose prompt count says which renderer it uses, and with tools one forced call, so "
+        "a provider rendering otherwise is left out before it is paid for and one proven is "
+        "trusted where a count cannot tell (docs/providers.md#calibration)",
+    )
     rebuy_budget: float = setting(
         0.5,
         kind=float,

@@ -107,6 +107,11 @@ class Backend:
     # how a run stops sending to a provider it caught serving something else. None: the API
     # behind it routes to no providers (a self-hosted server), so none is ever left out.
     route_around: Callable[[dict | None, list[str]], dict] | None = None
+    # (the run's routing preferences, a provider's route) -> preferences that send to it alone
+    # with no fallback, and (preferences, a provider's names) -> whether they may send to it:
+    # how calibration asks each provider its questions. None: one server, asked unrouted.
+    pin_provider: Callable[[dict | None, str], dict] | None = None
+    routes_to: Callable[[dict | None, set[str]], bool] | None = None
 
     @property
     def dialect(self) -> str:

@@ -126,6 +126,28 @@ def route_around(prefs: dict | None, providers: list[str]) -> dict:
     return routed
 
 
+def pin_provider(prefs: dict | None, route: str) -> dict:
+    """``prefs`` sending to ``route`` alone, with no fallback (a calibration question): the
+    user's filters (quantizations, data collection, prices) kept, their choice of providers
+    replaced."""
+    kept = {
+        name: value
+        for name, value in (prefs or {}).items()
+        if name not in ("only", "order", "ignore", "allow_fallbacks", "sort")
+    }
+    return {**kept, "only": [route], "allow_fallbacks": False}
+
+
+def routes_to(prefs: dict | None, names: set[str]) -> bool:
+    """Whether routing ``prefs`` may send to a provider known by ``names`` (its name, its
+    endpoint's tag, the tag's slug): ``only`` names it (when given) and ``ignore`` does not."""
+    lower = {name.lower() for name in names if name}
+    only, ignore = (prefs or {}).get("only"), (prefs or {}).get("ignore")
+    if isinstance(only, list) and only and not lower & {str(n).lower() for n in only}:
+        return False
+    return not (isinstance(ignore, list) and lower & {str(n).lower() for n in ignore})
+
+
 BACKEND = Backend(
     name="openrouter",
     id_source="text",
@@ -146,4 +168,6 @@ BACKEND = Backend(
     batch_dialects=("openrouter", "openai-files"),
     help="OpenRouter or any OpenAI-compatible API, text only (ids rebuilt and verified)",
     route_around=route_around,
+    pin_provider=pin_provider,
+    routes_to=routes_to,
 )

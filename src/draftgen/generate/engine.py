@@ -24,6 +24,7 @@ from draftgen.generate.budget import (
     answer_bytes,
     find_prices,
 )
+from draftgen.generate.calibrate import Calibrator, left_out, renderer_question
 from draftgen.generate.client import (
     ChatClient,
     FatalApiError,
@@ -34,7 +35,7 @@ from draftgen.generate.client import (
 from draftgen.generate.contract import Destination, GenerationContext
 from draftgen.generate.endpoints import endpoint_specs
 from draftgen.generate.errors import RunError
-from draftgen.generate.judge import Exclusion, judge
+from draftgen.generate.judge import judge
 from draftgen.generate.native_turn import NativeTurns, TokenPrompt
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
@@ -52,8 +53,10 @@ from draftgen.inputs.plan import (
 )
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings, Rendering
+from draftgen.store.calibration import RENDERER, TOOL_ARGUMENTS, calibration_statements
 from draftgen.store.database import (
     REJECTED_NAME,
+    UNKNOWN_PROVIDER,
     SampleTally,
     Store,
     StoreError,
@@ -62,7 +65,7 @@ from draftgen.store.database import (
     exclusion_statements,
     replacement_statements,
 )
-from draftgen.tokens.rendering import ChatRenderer, request_variables
+from draftgen.tokens.rendering import ChatRenderer, request_variables, template_renderer
 
 _log = logging.getLogger("draftgen.generate")
 JUDGE_EVERY = 1.0  # seconds between judgements of the providers' figures (read every few)
@@ -160,12 +163,15 @@ class LiveGeneration:
         self.excluded: list[str] = list(store.excluded_providers()) if self.route_around else []
         self.rebuys = Rebuys()
         self._rebuy_reserved = 0.0  # expected cost of the re-buys queued and not yet answered
+        self.calibrator = self._calibrator(ctx)
+        self.routes: dict[str, str | None] = {}  # provider -> the route calibration asked it by
+        self.tool_calibration: asyncio.Task | None = None
 
     # -- the run ---------------------------------------------------------------------------------
 
     async def run(self) -> RunProgress:
         """Work every row, then close what the engine opened."""
-        await self._run(self.produce())
+        await self._run(self.produce(), calibrate=True)
         return self.progress
 
     async def rebuy(self, spoiled: list[dict], allowance: float) -> Rebuys:
@@ -177,12 +183,14 @@ class LiveGeneration:
         await self._run(self.produce_rebuys(spoiled, allowance))
         return self.rebuys
 
-    async def _run(self, producer) -> None:
+    async def _run(self, producer, calibrate: bool = False) -> None:
         try:
             await self.start_budget()
             # Thousands of requests in flight keep ~100,000 objects alive at once.
             with collecting_less():
                 async with self.client:
+                    if calibrate:
+                        await self.calibrate()
                     with self.display:
                         await self._work(producer)
         finally:
@@ -216,12 +224,18 @@ class LiveGeneration:
         self.producer = asyncio.create_task(producer)
         self.producer.add_done_callback(self._on_producer_done)
         self.workers = [asyncio.create_task(self.worker()) for _ in range(self.options.concurrency)]
-        judging = asyncio.create_task(self.judge_providers()) if self.route_around else None
+        judging = (
+            asyncio.create_task(self.judge_providers())
+            if self.route_around or self.calibrator
+            else None
+        )
         signals.install()
         try:
             await asyncio.gather(*self.workers)
             if (error := self._producer_error()) is not None:
                 raise error
+            if self.tool_calibration is not None:
+                await self.tool_calibration
         except asyncio.CancelledError:
             if (error := self._producer_error()) is not None:
                 raise error from None
@@ -246,6 +260,8 @@ class LiveGeneration:
         finally:
             signals.remove()
             tasks = (self.producer, *self.workers, *((judging,) if judging else ()))
+            if self.tool_calibration is not None:
+                tasks += (self.tool_calibration,)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -305,24 +321,159 @@ class LiveGeneration:
 
     async def judge_providers(self) -> None:
         """Judge the providers' figures as the tally last read them (``generate.judge``), every
-        ``JUDGE_EVERY`` seconds, and leave out each one caught."""
+        ``JUDGE_EVERY`` seconds, and leave out each one caught; a provider first seen serving
+        without having been calibrated is asked the calibration questions then."""
         tally = self.progress.tally
         while tally is not None:
             await asyncio.sleep(JUDGE_EVERY)
-            for exclusion in judge(tally.providers, set(self.excluded)):
-                await self.exclude(exclusion)
+            for exclusion in (
+                judge(tally.providers, set(self.excluded)) if self.route_around else ()
+            ):
+                await self.exclude(exclusion.provider, exclusion.evidence)
+            if self.calibrator is not None:
+                new = [
+                    name
+                    for name in tally.providers
+                    if name != UNKNOWN_PROVIDER
+                    and name not in self.excluded
+                    and self.calibrator.needs(name, RENDERER)
+                ]
+                if new:
+                    await self.ask_renderers([(name, name) for name in new])
 
-    async def exclude(self, exclusion: Exclusion) -> None:
-        """Send nothing more to ``exclusion.provider``, say so once with the evidence, and
-        record it so a resume goes on without it."""
-        self.excluded.append(exclusion.provider)
+    async def exclude(self, provider: str, evidence: str) -> None:
+        """Send nothing more to ``provider``, say so once with the evidence, and record it so a
+        resume goes on without it."""
+        self.excluded.append(provider)
         _log.warning(
             "leaving provider %s out of the rest of the run (provider.ignore): %s; "
             "--keep-providers keeps every provider",
-            exclusion.provider,
-            exclusion.evidence,
+            provider,
+            evidence,
         )
-        await self.writer.write(exclusion_statements(exclusion.provider, exclusion.evidence))
+        await self.writer.write(exclusion_statements(provider, evidence))
+
+    # -- calibration -----------------------------------------------------------------------------
+
+    def _calibrator(self, ctx: GenerationContext) -> Calibrator | None:
+        """The run's calibration (``generate.calibrate``), None where it is off or moot (a server
+        that returns the generated ids, a backend that cannot route to one provider)."""
+        backend = self.backend
+        if self.options.no_calibrate or backend.id_source != "text" or backend.pin_provider is None:
+            return None
+        question = renderer_question(
+            self.renderer,
+            template_renderer(ctx.tokenizer, ctx.profile),
+            ctx.profile,
+            self.variables,
+        )
+        return Calibrator(
+            send=self.send_question,
+            request_body=backend.request_body,
+            settings=self.settings,
+            pin=backend.pin_provider,
+            question=question,
+            tools=bool(ctx.profile.tool_call_writer) and ctx.profile.segmented is None,
+            profile=ctx.profile,
+            asked=self.store.calibrations(),
+        )
+
+    async def send_question(self, body: bytes) -> Completion:
+        """One calibration question, counted under ``--max-cost`` like any answer."""
+        self.sending()
+        completion, _ = await self.client.complete(body, False)
+        self.count_cost(completion, body)
+        return completion
+
+    async def calibrate(self) -> None:
+        """Ask every provider the run may be routed to the renderer question it has not answered
+        yet, then leave out those proven to render otherwise."""
+        calibrator = self.calibrator
+        if calibrator is None or calibrator.question is None:
+            return
+        first = endpoint_specs(self.base_url)[0].url
+        routes = await calibrator.list_routes(first, self.api_key, self._may_route_to)
+        if not routes and not calibrator.asked:
+            routes = [(None, None)]  # no listing: whoever serves the endpoint answers
+        await self.ask_renderers(
+            [
+                (route, name)
+                for route, name in routes
+                if name is None or (name not in self.excluded and calibrator.needs(name, RENDERER))
+            ]
+        )
+
+    def _may_route_to(self, endpoint) -> bool:
+        tag = endpoint.tag or ""
+        names = {endpoint.provider or "", tag, tag.partition("/")[0]}
+        routes_to = self.backend.routes_to
+        return routes_to is None or routes_to(self.settings.provider, names)
+
+    async def ask_renderers(self, routes: list[tuple[str | None, str | None]]) -> None:
+        """The renderer question to each of ``routes`` at once, kept; then the exclusions."""
+        calibrator = self.calibrator
+        if calibrator is None or not routes:
+            return
+        try:
+            answers = await asyncio.gather(
+                *(calibrator.ask_renderer(route, name) for route, name in routes)
+            )
+        except (RunStopped, BudgetReached) as exc:
+            self.request_stop(str(exc))
+            return
+        statements = []
+        for (route, _), answer in zip(routes, answers, strict=True):
+            if answer is None:
+                continue
+            self.routes.setdefault(answer.provider, route)
+            statements += calibration_statements(answer.row())
+            _log.info(
+                "calibration: %s %s (%s)",
+                answer.provider or "the endpoint",
+                answer.verdict,
+                answer.detail,
+                extra={"calibration": answer.row()},
+            )
+        await self.writer.write(statements)
+        if self.route_around is None:
+            return  # --keep-providers: what calibration proved still counts, nothing is left out
+        for provider, evidence in left_out(calibrator.asked).items():
+            if provider not in self.excluded:
+                await self.exclude(provider, evidence)
+
+    def start_tool_calibration(self) -> None:
+        """Ask the tool question of every calibrated provider, once, beside the run (the first
+        turn that declares tools starts it)."""
+        if self.calibrator is None or not self.calibrator.tools or self.tool_calibration:
+            return
+        self.tool_calibration = asyncio.create_task(self.ask_tool_questions())
+
+    async def ask_tool_questions(self) -> None:
+        calibrator = self.calibrator
+        assert calibrator is not None
+        routes = [
+            (route, name)
+            for name, route in (self.routes or {None: None}).items()
+            if name not in self.excluded and calibrator.needs(name or "", TOOL_ARGUMENTS)
+        ]
+        try:
+            answers = await asyncio.gather(
+                *(calibrator.ask_tools(route, name) for route, name in routes)
+            )
+        except (RunStopped, BudgetReached):
+            return
+        statements = []
+        for answer in answers:
+            if answer is not None:
+                statements += calibration_statements(answer.row())
+                _log.info(
+                    "calibration: %s tool arguments %s (%s)",
+                    answer.provider or "the endpoint",
+                    answer.verdict,
+                    answer.detail,
+                    extra={"calibration": answer.row()},
+                )
+        await self.writer.write(statements)
 
     def sample_settings(self, sample: int) -> GenerationSettings:
         """The settings sent for sample ``sample`` of a prompt, routed around the providers left
@@ -530,6 +681,8 @@ class LiveGeneration:
     async def generate_turn(self, plan: TurnPlan, answers: list[str]) -> tuple[str, str | None]:
         """Request one turn and store its completion (or its failure); (content, finish)."""
         messages = build_messages(plan, answers)
+        if plan.tools:
+            self.start_tool_calibration()
         rendering, prompt = await self.render(plan, messages)
         body = orjson.dumps(
             self.backend.request_body(

@@ -118,6 +118,12 @@ class ModelProfile:
     # Whether the markup holds arguments as one XML parameter per key (GLM, MiniMax, DSML)
     # instead of the JSON text.
     xml_arguments: bool = False
+    # How the engine's tool parser (vLLM's) returns ``arguments``: "" the model's own JSON text
+    # (Kimi, DeepSeek V3.1, Llama 3 JSON, Mistral v11+), "unicode" ``json.dumps(parsed,
+    # ensure_ascii=False)`` of what it parsed (Qwen, DSML, GLM, MiniMax, Llama 4), "ascii"
+    # ``json.dumps(parsed)`` (harmony). Dumped, the text is the engine's spelling and the
+    # model's is one of the readings, which the sample's own count picks (docs/verification.md).
+    tool_arguments_dump: str = ""
     # Why rebuilt tool-call markup cannot be proven even when the count matches ("" if it can):
     # the verification reason of such samples says so instead of passing them.
     tool_call_format_unconfirmed: str = ""
@@ -283,6 +289,19 @@ class ModelProfile:
             return "", ""
         start = self.content_start if self.tool_content_start is None else self.tool_content_start
         return start, self.tool_content_end
+
+    @property
+    def tool_arguments_parsed(self) -> bool:
+        """Whether the engine's parser dumps the arguments it parsed (``tool_arguments_dump``)."""
+        return bool(self.tool_arguments_dump)
+
+    def engine_arguments(self, arguments: str) -> str:
+        """A call's ``arguments`` as the engine's tool parser returns them, from the JSON text
+        the model wrote (``tool_arguments_dump``)."""
+        if not self.tool_arguments_dump:
+            return arguments
+        parsed = json.loads(arguments)
+        return json.dumps(parsed, ensure_ascii=self.tool_arguments_dump == "ascii")
 
     @property
     def tool_call_ids_in_markup(self) -> bool:

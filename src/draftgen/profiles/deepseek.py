@@ -71,6 +71,7 @@ DEEPSEEK_V32 = ModelProfile(
     tool_call_tokens=("｜DSML｜",),
     reasoning_split_markers=("</think>",),
     tool_call_format=DSML_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_dsml_calls,
     xml_arguments=True,
     thinking_variable="thinking",

@@ -67,6 +67,7 @@ DEEPSEEK_V4 = ModelProfile(
     # departs from it where the server's lenient parser does not notice: string="false" on a
     # value the tool schema types as text, or "\n" for "\n\n" (one token each).
     tool_call_format=DSML_V4_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_dsml_v4_calls,
     xml_arguments=True,
     thinking_variable="thinking",
@@ -94,6 +95,7 @@ DEEPSEEK_V4_1 = ModelProfile(
     # V4's shape under the renamed tags: the encoder's history turn and its parser agree, and
     # the server's streamed output in SGLang's and vLLM's V4.1 parser tests has it.
     tool_call_format=DSML_V4_1_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_dsml_v4_1_calls,
     xml_arguments=True,
     thinking_variable="thinking",

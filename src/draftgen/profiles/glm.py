@@ -45,6 +45,7 @@ GLM = ModelProfile(
     ),
     reasoning_split_markers=("</think>",),
     tool_call_format=GLM_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_tool_calls,
     xml_arguments=True,
     thinking_variable="enable_thinking",

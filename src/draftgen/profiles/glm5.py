@@ -53,6 +53,7 @@ GLM5 = ModelProfile(
     ),
     reasoning_split_markers=("</think>",),
     tool_call_format=GLM5_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_tool_calls,
     xml_arguments=True,
     tool_call_end_of_turn="<|observation|>",

@@ -38,6 +38,7 @@ GPT_OSS = ModelProfile(
     tool_call_tokens=("<|constrain|>", "<|call|>"),
     reasoning_split_markers=("<|end|>",),
     tool_call_format=HARMONY_TOOL_CALLS,
+    tool_arguments_dump="ascii",
     tool_call_writer=write_tool_calls,
     content_start="<|start|>assistant<|channel|>final<|message|>",
     tool_content_start="<|start|>assistant<|channel|>commentary<|message|>",

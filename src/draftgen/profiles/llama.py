@@ -118,6 +118,7 @@ LLAMA_4 = ModelProfile(
     marker_tokens=("<|header_start|>", "<|header_end|>", "<|eot|>"),
     tool_call_tokens=("<|python_start|>", "<|python_end|>"),
     tool_call_format=LLAMA4_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_pythonic_calls,
     # '="x"' and "='x'" are one token each (so are '")' and "')"), and the provider's JSON keeps no
     # quote: a count cannot prove the rebuilt ids of a call with text arguments.

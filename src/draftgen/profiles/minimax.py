@@ -34,6 +34,7 @@ MINIMAX_M2 = ModelProfile(
     tool_call_tokens=("<minimax:tool_call>", "</minimax:tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=MINIMAX_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_tool_calls,
     xml_arguments=True,
     reasoning_pad=("\n", "\n"),

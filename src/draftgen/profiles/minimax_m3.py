@@ -70,6 +70,7 @@ MINIMAX_M3 = ModelProfile(
     tool_call_tokens=(NAMESPACE, "<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</mm:think>",),
     tool_call_format=MINIMAX_M3_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_tool_calls,
     bare_think_end=True,
     thinking_variable="thinking_mode",

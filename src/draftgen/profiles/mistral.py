@@ -76,6 +76,7 @@ MISTRAL = ModelProfile(
     marker_tokens=("[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]"),
     tool_call_tokens=("[TOOL_CALLS]",),
     tool_call_format=MISTRAL_V7_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_v7_tool_calls,
     tool_call_format_unconfirmed=(
         "Mistral's v7 tool-call markup is written from mistral-common's history encoding; what "

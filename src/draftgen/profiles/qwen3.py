@@ -30,6 +30,7 @@ QWEN3 = ModelProfile(
     tool_call_tokens=("<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=QWEN3_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_tool_calls,
     thinking_variable="enable_thinking",
     # Qwen3 writes "<think>\nR\n</think>\n\nA".

@@ -58,6 +58,7 @@ QWEN3_5 = ModelProfile(
     tool_call_tokens=("<tool_call>", "</tool_call>"),
     reasoning_split_markers=("</think>",),
     tool_call_format=QWEN3_5_TOOL_CALLS,
+    tool_arguments_dump="unicode",
     tool_call_writer=write_tool_calls,
     xml_arguments=True,
     thinking_variable="enable_thinking",

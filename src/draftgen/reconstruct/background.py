@@ -27,12 +27,21 @@ from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.text import strips_are_invisible
+from draftgen.reconstruct.tool_rewrites import call_marks
 from draftgen.reconstruct.verify import (
     PROMPT_RENDERER_UNPROVEN,
     PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
     PROVIDER_STRIPS_WHITESPACE,
     TOOL_ARGUMENTS_RESERIALISED,
     WHITESPACE_ALTERED,
+)
+from draftgen.store.calibration import (
+    RENDERER,
+    RENDERS_AS_DRAFTGEN,
+    RENDERS_OTHERWISE,
+    REWRITES_ARGUMENTS,
+    TOOL_ARGUMENTS,
+    providers_with,
 )
 from draftgen.store.database import Store
 from draftgen.tokens import fast_encoder
@@ -85,7 +94,7 @@ def reconstruct_all(
         return made  # stopped inside a long text: its batch is left unreconstructed
     flag_invisible_strips(store, tokenizer, profile)
     flag_unproven_renderers(store, tokenizer, profile)
-    flag_reserialising_providers(store)
+    flag_reserialising_providers(store, profile)
     return made
 
 
@@ -150,23 +159,52 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     return len(flags)
 
 
-def flag_reserialising_providers(store: Store) -> int:
-    """Unverify the tool-call samples of providers seen re-serialising tool-call arguments.
+def argument_rewriters(store: Store, profile: ModelProfile) -> dict[str, str]:
+    """provider -> what it was caught doing to tool-call arguments beyond the engine's parser.
 
-    A provider is caught when the count of one of its samples matched only a re-serialised
-    reading of the arguments (``tool_arguments_reserialised``). Its parser is code, so it
-    rewrites every call it delivers; where the verbatim reading of its rewrite happens to match
-    the count, the sample was verified with the provider's key order and spacing, not the
-    model's. Calls without arguments (none, or ``{}``) read the same either way and are kept.
+    Caught: the calibration's forced call, or any answer it served, shows a mark the engine's
+    parser never writes (``reconstruct.tool_rewrites``: escapes, keys sorted against the
+    schema, a spelling other than the engine's dump where the engine dumps). Where the engine
+    hands back the model's own text (Kimi, DeepSeek V3.1, gpt-oss), a sample whose count matched
+    only a re-serialised reading (``tool_arguments_reserialised``) is a rewrite too; where the
+    engine dumps what it parsed, that is the engine's own, judged by each sample's count.
     """
-    rewriters = store.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED)
-    detail = (
-        "this provider re-serialises tool-call arguments, and a re-serialisation here (key "
-        "order, spacing) would leave the count unchanged"
-    )
+    caught: dict[str, str] = {}
+    for provider, questions in store.calibrations().items():
+        row = questions.get(TOOL_ARGUMENTS, {})
+        if row.get("verdict") == REWRITES_ARGUMENTS:
+            caught[provider] = f"calibration's forced call came back with {row.get('matched')}"
+    for provider, calls, request in store.tool_call_answers():
+        if provider in caught:
+            continue
+        marks = call_marks(calls, request.get("tools"), profile)
+        if marks:
+            caught[provider] = f"an answer's arguments came back with {', '.join(marks)}"
+    if not profile.tool_arguments_parsed:
+        for provider in store.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED) - set(caught):
+            caught[provider] = "a sample's count matched only a re-serialised reading"
+    return caught
+
+
+def flag_reserialising_providers(store: Store, profile: ModelProfile) -> int:
+    """Unverify the count-neutral tool-call samples of providers caught rewriting tool-call
+    arguments on top of the engine's parser (``argument_rewriters``).
+
+    Such a rewrite is code, so it touches every call the provider delivers; where the verbatim
+    reading of its rewrite happens to match the count, the sample was verified with the
+    provider's key order and spacing, not the model's. Calls without arguments (none, or
+    ``{}``) read the same either way and are kept.
+    """
+    rewriters = argument_rewriters(store, profile)
     flags = [
-        (key, PROVIDER_RESERIALISES_TOOL_ARGUMENTS, detail)
-        for key, calls in store.verified_tool_calls(rewriters)
+        (
+            key,
+            PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
+            f"this provider rewrites tool-call arguments beyond the engine's parser "
+            f"({rewriters[provider]}), and such a rewrite (key order, spacing) can leave the "
+            "count unchanged",
+        )
+        for provider, key, calls in store.verified_tool_calls(set(rewriters))
         if any(_has_arguments(call) for call in calls)
     ]
     if flags:
@@ -189,10 +227,15 @@ def flag_unproven_renderers(store: Store, tokenizer, profile: ModelProfile) -> i
     template = template_renderer(tokenizer, profile)
     if template is None:
         return 0
+    calibrations = store.calibrations()
     flags = [
         (key, PROMPT_RENDERER_UNPROVEN, detail)
         for key, detail in unproven_renderings(
-            store.text_path_prompts(), template, profile.prompt_renderer
+            store.text_path_prompts(),
+            template,
+            profile.prompt_renderer,
+            providers_with(calibrations, RENDERER, RENDERS_AS_DRAFTGEN),
+            providers_with(calibrations, RENDERER, RENDERS_OTHERWISE),
         )
     ]
     if flags:

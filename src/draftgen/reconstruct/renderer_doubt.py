@@ -4,7 +4,8 @@ vLLM renders gpt-oss with openai-harmony, and draftgen does too; an engine that 
 model's published chat template instead gives other ids for some prompts, at the same count
 where a system message leads ("# Instructions" then a blank line). A provider proves it renders
 as the engine does with one verified sample whose template rendering counts differently, and is
-caught rendering the template with one failed sample whose count is the template's. Until it has
+caught rendering the template with one failed sample whose count is the template's; calibration
+(``generate.calibrate``) proves or catches it before the run with one question. Until it has
 proven itself, its verified samples whose two renderings differ at an equal count are unproven.
 """
 
@@ -22,15 +23,18 @@ def unproven_renderings(
     samples: Iterable[tuple[str, str, bytes, int | None, bool]],
     template: ChatRenderer,
     engine: str,
+    calibrated: set[str] | frozenset[str] = frozenset(),
+    miscalibrated: set[str] | frozenset[str] = frozenset(),
 ) -> list[tuple[str, str]]:
     """(key, detail) of the verified samples that stay unproven.
 
     ``samples`` are (key, provider, request, prompt_tokens, verified) of text-path samples that
-    were verified or failed on their prompt count; a provider already proven is not rendered
-    again.
+    were verified or failed on their prompt count; a provider already proven (by a sample, or
+    ``calibrated``: calibration's prompt count showed it renders as draftgen does) is not
+    rendered again; ``miscalibrated`` providers were shown to render otherwise.
     """
-    proven: set[str] = set()
-    caught: set[str] = set()
+    proven: set[str] = set(calibrated)
+    caught: set[str] = set(miscalibrated)
     doubtful: dict[str, list[str]] = {}
     for key, provider, request, prompt_tokens, verified in samples:
         if provider in proven:

@@ -30,6 +30,7 @@ from draftgen.reconstruct.verify import (
     PROMPT_DATE_UNPROVEN,
     PROMPT_MODE_UNPROVEN,
     PROMPT_RENDER_FAILED,
+    TOOL_ARGUMENTS_COUNT_NEUTRAL,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
     WHITESPACE_UNCHECKED,
@@ -68,6 +69,9 @@ class CompletionReading:
     segments: list[tuple[Segment, ...]] = field(default_factory=list)
     content_spans: list[tuple[int, int]] = field(default_factory=list)
     encode_segments: Any = None
+    # Readings of the tool calls per body: texts are body-major, so the readings of one body's
+    # tool calls are ``markups`` consecutive texts.
+    markups: int = 1
 
     def notes_of(self, index: int) -> list[str]:
         extra = self.text_notes[index] if index < len(self.text_notes) else ()
@@ -148,7 +152,7 @@ def read_completion(
             notes.append(TOOL_CALLS_REBUILT)
     texts = [body + markup.text + suffix for body in bodies for markup in markups]
     text_notes = [markup.notes for _ in bodies for markup in markups]
-    return CompletionReading(texts, notes, complete, text_notes)
+    return CompletionReading(texts, notes, complete, text_notes, markups=len(markups))
 
 
 def _segmented_reading(
@@ -657,6 +661,7 @@ def reconstruct_from_text(
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
+    neutral = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
     repair = unchecked = None
     if expected is not None and len(completion_ids) != expected:
         counts = [len(ids) for ids in encoded]
@@ -670,7 +675,7 @@ def reconstruct_from_text(
         completion_ids=completion_ids,
         completion_text=reading.texts[chosen],
         decoded_text=tok.decode(tokenizer, completion_ids),
-        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []),
+        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []) + neutral,
         whitespace_repair=repair,
         special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
     )
@@ -688,6 +693,30 @@ def reconstruct_from_text(
         truncated=not reading.complete,
         id_source="text",
     )
+
+
+def _count_neutral_arguments(
+    profile: ModelProfile,
+    reading: CompletionReading,
+    encoded: list[list[int]],
+    chosen: int,
+    expected: int | None,
+) -> list[str]:
+    """``[TOOL_ARGUMENTS_COUNT_NEUTRAL]`` when the engine dumps tool-call arguments
+    (``ModelProfile.tool_arguments_parsed``: the returned text is its spelling, not the model's)
+    and another spelling of the same calls has the chosen reading's count with other ids."""
+    if not profile.tool_arguments_parsed or reading.markups < 2 or expected is None:
+        return []
+    if len(encoded[chosen]) != expected:
+        return []
+    first = chosen - chosen % reading.markups
+    rivals = range(first, first + reading.markups)
+    if any(
+        i != chosen and encoded[i] != encoded[chosen] and len(encoded[i]) == expected
+        for i in rivals
+    ):
+        return [TOOL_ARGUMENTS_COUNT_NEUTRAL]
+    return []
 
 
 def whitespace_repairs(

@@ -32,6 +32,10 @@ TOOL_CALLS_INEXACT = "tool_calls_inexact"
 # ``functions.NAME:IDX`` index is not always the position). The ids are likely, not proven.
 TOOL_ARGUMENTS_RESERIALISED = "tool_arguments_reserialised"
 TOOL_CALL_ID_REBUILT = "tool_call_id_rebuilt"
+# Where the engine's parser dumps the arguments it parsed (``tool_arguments_parsed``), the
+# model's spelling is one of the readings: this one's count is also another spelling's, with
+# other ids, so the count does not say which one the model wrote.
+TOOL_ARGUMENTS_COUNT_NEUTRAL = "tool_arguments_count_neutral"
 # A rebuilt XML parameter holds a boolean or null, which the model may have spelled either way
 # (Qwen3.5's true or True, null or None): one token each, so a count cannot tell.
 TOOL_ARGUMENT_LITERAL_UNPROVEN = "tool_argument_literal_unproven"
@@ -135,7 +139,20 @@ def verify_sample(
             )
         )
     for note in notes:
-        if note.startswith(TOOL_ARGUMENTS_RESERIALISED + "="):
+        if note == TOOL_ARGUMENTS_COUNT_NEUTRAL:
+            failures.append(
+                (
+                    TOOL_ARGUMENTS_COUNT_NEUTRAL,
+                    "the engine's parser rewrote the tool-call arguments and another spelling "
+                    "of them has the same count, so the count cannot say which one the model "
+                    "wrote",
+                )
+            )
+        elif note.startswith(TOOL_ARGUMENTS_RESERIALISED + "=") and profile.tool_arguments_parsed:
+            # The engine's own parser re-spelled them: the count picked the model's spelling
+            # (``TOOL_ARGUMENTS_COUNT_NEUTRAL`` says when it cannot).
+            details.append(f"the count picked the {note.partition('=')[2]} spelling")
+        elif note.startswith(TOOL_ARGUMENTS_RESERIALISED + "="):
             style = note.partition("=")[2]
             failures.append(
                 (

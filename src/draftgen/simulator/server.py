@@ -294,13 +294,15 @@ class Simulator:
         return delivery
 
     def tool_call_for(
-        self, tools: list | None, prompt: RenderedPrompt, attempt: int
+        self, tools: list | None, prompt: RenderedPrompt, attempt: int, forced: bool = False
     ) -> dict | None:
-        """The call the model makes when the request offered ``tools`` (or None)."""
+        """The call the model makes when the request offered ``tools`` (or None); ``forced``: a
+        ``tool_choice`` that requires one, answered with the values the prompt asks for
+        (calibration's question: non-ASCII and ``<&>`` in every value)."""
         if not tools or not self.profile.tool_call_format:
             return None
         rng = _rng(self.config.seed, prompt.sha256, attempt, "tool_call")
-        if rng.random() >= self.config.tool_call_rate:
+        if rng.random() >= self.config.tool_call_rate and not forced:
             return None
         tool = tools[0] if isinstance(tools[0], dict) else {}
         function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
@@ -310,12 +312,17 @@ class Simulator:
         keys = list(properties) if isinstance(properties, dict) and properties else ["query"]
         values = ("Paris", "café ☕", "2026-03-15", "42")
         arguments = {key: rng.choice(values) for key in keys[:3]}
+        if forced:
+            arguments = {key: f"Zürich <{key} & Söhne>" for key in keys[:3]}
         compact = rng.random() < self.config.compact_tool_arguments
         separators = (",", ":") if compact else (", ", ": ")
+        written = json.dumps(arguments, ensure_ascii=False, separators=separators)
         return {
             "id": f"functions.{name}:0",
             "name": name,
-            "arguments": json.dumps(arguments, ensure_ascii=False, separators=separators),
+            "arguments": written,
+            # What the engine's tool parser hands the provider (vLLM's, per family).
+            "returned": self.profile.engine_arguments(written),
         }
 
     def record(self, served: Served, req: ChatRequest, extra: dict | None = None) -> dict:
@@ -689,7 +696,8 @@ class Simulator:
                     req.revision_prompt = self.render(
                         revised, body.get("tools"), template_kwargs or None
                     )
-        req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt)
+        forced = body.get("tool_choice") not in (None, "auto", "none")
+        req.tool_call = self.tool_call_for(body.get("tools"), prompt, req.attempt, forced)
         req.want_logprobs = body.get("logprobs") is True
         dialect = self.config.dialect
         if dialect == "vllm":

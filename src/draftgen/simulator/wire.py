@@ -160,7 +160,8 @@ def attach_stream_logprobs(chunks: list[dict], entries: list) -> None:
 
 
 def _structured_call(call: dict, quirks: set[str], applied: list[str], rng: random.Random) -> dict:
-    arguments = call["arguments"]
+    # The engine's parser first (the same at every provider), then the provider's own rewrite.
+    arguments = call.get("returned", call["arguments"])
     if "reserialize_arguments" in quirks:
         written = go_json(json.loads(arguments))
         if written != arguments:

@@ -33,6 +33,7 @@ from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, DerivedLayout
 from draftgen.records import Completion, Rendering, StoredCompletion, TokenSample
 from draftgen.store.batch_timing import ENDED, IN_FLIGHT, batch_timing, billed_without_rows
+from draftgen.store.calibration import calibration_cost, read_calibrations
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -159,6 +160,24 @@ CREATE TABLE IF NOT EXISTS provider_exclusions (
     provider TEXT PRIMARY KEY,
     at REAL NOT NULL,
     evidence TEXT NOT NULL
+);
+-- What a run's calibration asked each provider before buying from it, and what the answer
+-- proved (draftgen.generate.calibrate): one row per provider and question, paid for, so its
+-- cost counts in the run's. A resume asks no provider a question it already answered.
+CREATE TABLE IF NOT EXISTS provider_calibrations (
+    provider TEXT NOT NULL,
+    question TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    at REAL NOT NULL,
+    route TEXT,
+    expected INTEGER,
+    answered INTEGER,
+    matched TEXT,
+    cost REAL NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    detail TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (provider, question)
 );
 -- Completions of an excluded provider that failed proof and were bought again elsewhere: the
 -- completion as it was (paid for, so counted in the run's cost and the provider's figures),
@@ -553,9 +572,9 @@ class Store:
                 (provider,),
             ).fetchall()
 
-    def verified_tool_calls(self, providers: set[str]) -> Iterator[tuple[str, list]]:
-        """(key, structured tool calls) of every verified text-path sample with tool calls
-        served by one of ``providers``."""
+    def verified_tool_calls(self, providers: set[str]) -> Iterator[tuple[str, str, list]]:
+        """(provider, key, structured tool calls) of every verified text-path sample with tool
+        calls served by one of ``providers``."""
         for provider in sorted(providers):
             for key, calls in self.db.execute(
                 "SELECT c.key, c.tool_calls FROM samples s JOIN completions c ON c.key = s.key"
@@ -563,7 +582,16 @@ class Store:
                 " AND coalesce(c.provider, '') = ?",
                 (provider,),
             ).fetchall():
-                yield key, orjson.loads(calls)
+                yield provider, key, orjson.loads(calls)
+
+    def tool_call_answers(self) -> Iterator[tuple[str, list, dict]]:
+        """(provider, structured tool calls, the request) of every stored answer with tool
+        calls: what each provider returned, to look for rewrites in."""
+        for provider, calls, request in self.db.execute(
+            "SELECT coalesce(provider, ''), tool_calls, request FROM completions"
+            " WHERE tool_calls IS NOT NULL"
+        ):
+            yield provider, orjson.loads(calls), orjson.loads(request)
 
     def text_path_prompts(self) -> Iterator[tuple[str, str, bytes, int | None, bool]]:
         """(key, provider, request, prompt_tokens, verified) of every text-path sample that is
@@ -740,6 +768,9 @@ class Store:
             " CASE WHEN prompt_tokens IS NULL THEN length(completion) END,"
             " CASE WHEN completion_tokens IS NULL THEN length(completion) END"
             " FROM replaced_completions"
+            # Calibration questions are billed like any answer.
+            " UNION ALL SELECT cost, prompt_tokens, completion_tokens, NULL, NULL"
+            " FROM provider_calibrations"
         )
 
     def counts(self) -> dict:
@@ -762,6 +793,8 @@ class Store:
         cost += rebuys["spoiled_cost"]
         prompt_tokens += rebuys["spoiled_prompt_tokens"]
         completion_tokens += rebuys["spoiled_completion_tokens"]
+        calibrations = self.calibrations()
+        cost += calibration_cost(calibrations)
         figures = self.sample_figures()
         return {
             "completions": completions,
@@ -798,6 +831,8 @@ class Store:
             # Only when a provider was left out: the run went on without it.
             **({"excluded_providers": excluded} if (excluded := self.excluded_providers()) else {}),
             **({"rebuys": rebuys} if rebuys["rebought"] else {}),
+            # Only when the run calibrated: what each provider was asked and what it proved.
+            **({"calibration": calibrations} if calibrations else {}),
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
             "batches": self.batch_figures(),
@@ -821,6 +856,10 @@ class Store:
             )
         }
 
+    def calibrations(self) -> dict[str, dict[str, dict]]:
+        """What calibration asked each provider (``store.calibration.read_calibrations``)."""
+        return read_calibrations(self.db)
+
     def exclude_provider(self, provider: str, evidence: str) -> None:
         """Record ``provider`` as left out of the run (``excluded_providers``)."""
         for sql, params in exclusion_statements(provider, evidence):
@@ -831,7 +870,8 @@ class Store:
         re-buy included."""
         return self.db.execute(
             "SELECT coalesce(sum(max(cost, 0)), 0) FROM (SELECT cost FROM completions"
-            " UNION ALL SELECT cost FROM replaced_completions)"
+            " UNION ALL SELECT cost FROM replaced_completions"
+            " UNION ALL SELECT cost FROM provider_calibrations)"
         ).fetchone()[0]
 
     def spoiled_completions(self, providers: list[str]) -> list[dict]:
