@@ -37,6 +37,9 @@ class ToolCallMarkup:
 
     text: str
     notes: tuple[str, ...] = ()
+    # Which framing of the calls this reading takes (the lead-free one or not): readings of one
+    # framing differ only in how the arguments are spelled.
+    lead_free: bool = False
 
 
 # (parsed calls as (name, id, arguments), argument texts or XML parameters, content, lead-free
@@ -356,7 +359,7 @@ class ModelProfile:
                     notes = (*notes, f"tool_arguments_reserialised={style}")
                 if text not in seen:
                     seen.add(text)
-                    readings.append(ToolCallMarkup(text, notes))
+                    readings.append(ToolCallMarkup(text, notes, alternative))
         return readings
 
     def _markup(

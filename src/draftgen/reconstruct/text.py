@@ -69,9 +69,9 @@ class CompletionReading:
     segments: list[tuple[Segment, ...]] = field(default_factory=list)
     content_spans: list[tuple[int, int]] = field(default_factory=list)
     encode_segments: Any = None
-    # Readings of the tool calls per body: texts are body-major, so the readings of one body's
-    # tool calls are ``markups`` consecutive texts.
-    markups: int = 1
+    # The tool calls' framing of each text (``ToolCallMarkup.lead_free``, parallel to
+    # ``texts``): texts of one body and one framing differ only in the arguments' spelling.
+    framings: list[tuple[int, bool]] = field(default_factory=list)
 
     def notes_of(self, index: int) -> list[str]:
         extra = self.text_notes[index] if index < len(self.text_notes) else ()
@@ -152,7 +152,8 @@ def read_completion(
             notes.append(TOOL_CALLS_REBUILT)
     texts = [body + markup.text + suffix for body in bodies for markup in markups]
     text_notes = [markup.notes for _ in bodies for markup in markups]
-    return CompletionReading(texts, notes, complete, text_notes, markups=len(markups))
+    framings = [(b, markup.lead_free) for b in range(len(bodies)) for markup in markups]
+    return CompletionReading(texts, notes, complete, text_notes, framings=framings)
 
 
 def _segmented_reading(
@@ -705,15 +706,17 @@ def _count_neutral_arguments(
     """``[TOOL_ARGUMENTS_COUNT_NEUTRAL]`` when the engine dumps tool-call arguments
     (``ModelProfile.tool_arguments_parsed``: the returned text is its spelling, not the model's)
     and another spelling of the same calls has the chosen reading's count with other ids."""
-    if not profile.tool_arguments_parsed or reading.markups < 2 or expected is None:
+    framings = reading.framings
+    if not profile.tool_arguments_parsed or not framings or expected is None:
         return []
     if len(encoded[chosen]) != expected:
         return []
-    first = chosen - chosen % reading.markups
-    rivals = range(first, first + reading.markups)
     if any(
-        i != chosen and encoded[i] != encoded[chosen] and len(encoded[i]) == expected
-        for i in rivals
+        i != chosen
+        and framings[i] == framings[chosen]
+        and len(encoded[i]) == expected
+        and encoded[i] != encoded[chosen]
+        for i in range(len(encoded))
     ):
         return [TOOL_ARGUMENTS_COUNT_NEUTRAL]
     return []
