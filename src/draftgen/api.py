@@ -147,8 +147,13 @@ class RunDir:
 
     def status(self) -> dict:
         """Counts by outcome and reason, exactness, endpoints, rejected rows, the active run."""
+        from draftgen.reconstruct.verify import unproven_figures
+
         with Store(self.path, create=False) as store:
-            return store.counts()
+            counts = store.counts()
+        # Yield lost to doubt, its own line: samples the proof could not settle either way.
+        counts["unproven"] = unproven_figures(counts["reasons"], counts["samples"])
+        return counts
 
     def prepare(self) -> Snapshot:
         """Reconstruct what an interrupted run left unreconstructed, unless a run is active."""

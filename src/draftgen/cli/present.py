@@ -94,6 +94,7 @@ def format_status(counts: dict, run_dir: Path) -> str:
         f"  samples             {counts['samples']}  verified {counts['verified']}{share}, "
         f"truncated {counts['truncated']}, not yet reconstructed {counts['unreconstructed']}",
     ]
+    lines.extend(format_unproven(counts.get("unproven")))
     for title, table in (
         ("verification", counts["reasons"]),
         ("finish reasons", counts["finish_reasons"]),
@@ -117,6 +118,7 @@ def format_status(counts: dict, run_dir: Path) -> str:
         lines.append("  profile             generic: layout derived from the chat template")
         lines.extend(f"    {printable(line)}" for line in counts["derived_layout"])
     lines.extend(format_provider_figures(counts.get("providers")))
+    lines.extend(format_calibration(counts.get("calibration")))
     lines.extend(format_left_out(counts.get("excluded_providers"), counts.get("rebuys")))
     lines.extend(format_exactness(counts.get("exactness") or {}))
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
@@ -186,6 +188,36 @@ def format_provider_figures(providers: dict | None) -> list[str]:
             f"{share}  cost {usd(row['cost'])}  $ per verified {usd(row['cost_per_verified'])}"
             + (f"  truncated {row['truncated']}" if row["truncated"] else "")
             + (f"  failed: {reasons}" if reasons else "")
+        )
+    return lines
+
+
+def format_unproven(unproven: dict | None) -> list[str]:
+    """Yield lost to doubt: samples that may be exact but that the proof could not settle."""
+    if not unproven or not unproven["samples"]:
+        return []
+    reasons = ", ".join(f"{printable(r)} {n}" for r, n in unproven["by_reason"].items())
+    return [
+        f"  unproven            {unproven['samples']} samples ({unproven['share']:.1%}) the "
+        f"proof could not settle: {reasons}"
+    ]
+
+
+CALIBRATION_QUESTIONS = {"renderer": "renderer", "tool_arguments": "tool arguments"}
+
+
+def format_calibration(calibration: dict | None) -> list[str]:
+    """What calibration asked each provider, what the answer proved and what it cost."""
+    if not calibration:
+        return []
+    lines = ["  calibration:"]
+    for provider, questions in calibration.items():
+        cost = sum(max(row.get("cost") or 0.0, 0.0) for row in questions.values())
+        lines.append(f"    {printable(provider) or '(the endpoint)'}  cost {usd(cost)}")
+        lines.extend(
+            f"      {CALIBRATION_QUESTIONS.get(question, question)}: "
+            f"{printable(row['verdict'])}: {printable(row.get('detail') or '')}"
+            for question, row in questions.items()
         )
     return lines
 

@@ -23,6 +23,7 @@ import orjson
 import draftgen
 from draftgen import __version__
 from draftgen.outputs.show import sample_tokens
+from draftgen.reconstruct.verify import unproven_figures
 from draftgen.redact import printable, usd, usd_decimals
 from draftgen.store.batch_timing import batch_rounds, duration_text, timing_text
 from draftgen.store.database import REJECTED_NAME, Store
@@ -229,6 +230,10 @@ def build_report(store: Store) -> dict:
         # The providers the run left out, with the evidence, and what buying again came to.
         "excluded_providers": counts.get("excluded_providers") or {},
         "rebuys": counts.get("rebuys") or {},
+        # What calibration asked each provider before buying, what it proved and cost.
+        "calibration": counts.get("calibration") or {},
+        # Yield lost to doubt: samples that may be exact but that the proof could not settle.
+        "unproven": unproven_figures(counts["reasons"], counts["samples"]),
         "throughput": flow,
         "exactness": counts["exactness"],
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
@@ -916,6 +921,7 @@ def render_html(report: dict) -> str:
         _section(
             "Providers",
             provider_section(report["providers"])
+            + calibration_section(report.get("calibration"), report.get("unproven"))
             + left_out_section(report.get("excluded_providers"), report.get("rebuys")),
             "Latency is from the first attempt to the stored answer, retries included. Dollars "
             "per verified sample: what a provider was paid over the samples it served that are "
@@ -1371,6 +1377,32 @@ def provider_section(table: list[dict]) -> str:
         f"<h3>Median latency</h3>{chart}{share_legend()}"
         f'<table class="grid"><tr>{head}</tr>{"".join(body)}</table>'
     )
+
+
+def calibration_section(calibration: dict | None, unproven: dict | None) -> str:
+    """What calibration asked each provider and proved, and the samples the proof left
+    unproven, by reason (docs/providers.md#calibration)."""
+    items = []
+    for name, questions in (calibration or {}).items():
+        for question, row in questions.items():
+            items.append(
+                f"<li><b>{html.escape(name or '(the endpoint)')}</b> "
+                f"{html.escape(question)}: {html.escape(row['verdict'])}: "
+                f"{html.escape(row.get('detail') or '')} (cost "
+                f"{dollars(('calibration', name, question, 'cost'), row.get('cost') or 0.0)})</li>"
+            )
+    if unproven and unproven.get("samples"):
+        reasons = ", ".join(
+            f"{html.escape(reason)} {count}" for reason, count in unproven["by_reason"].items()
+        )
+        items.append(
+            f"<li>unproven: {metric(('unproven', 'samples'), unproven['samples'])} samples "
+            f"({percent(('unproven', 'share'), unproven['share'])}) the proof could not "
+            f"settle: {reasons}</li>"
+        )
+    if not items:
+        return ""
+    return f'<h3>Calibration and doubt</h3><ul class="calibration">{"".join(items)}</ul>'
 
 
 def left_out_section(excluded: dict | None, rebuys: dict | None) -> str:

@@ -20,7 +20,7 @@ SORTED_KEYS = "sorted_keys"  # keys sorted where the tool declares them in anoth
 NOT_ENGINE_DUMP = "not_engine_dump"  # not json.dumps(..., ensure_ascii=False) of itself
 
 _ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u([0-9a-fA-F]{4})")
-_HTML = {0x3C, 0x3E, 0x26, 0x2028, 0x2029}
+_HTML = {0x3C, 0x3E, 0x26}  # Go escapes these (and U+2028/9); no engine does
 
 
 def rewrite_marks(

@@ -78,6 +78,36 @@ PROVIDER_RESERIALISES_TOOL_ARGUMENTS = "provider_reserialises_tool_arguments"
 PROMPT_RENDERER_UNPROVEN = "prompt_renderer_unproven"
 
 
+# Reasons of samples that may well be exact but that the proof could not settle (a count that
+# two readings share, a provider's habit that would not show): yield lost to doubt, which a
+# calibration question or a server that returns ids can win back. The other reasons are
+# samples shown to differ from what was generated, or that cannot be rebuilt.
+DOUBT_REASONS: tuple[str, ...] = (
+    PROMPT_RENDERER_UNPROVEN,
+    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
+    PROVIDER_STRIPS_WHITESPACE,
+    TOOL_ARGUMENTS_COUNT_NEUTRAL,
+    TOOL_ARGUMENTS_RESERIALISED,
+    TOOL_CALL_ID_REBUILT,
+    TOOL_ARGUMENT_LITERAL_UNPROVEN,
+    TOOL_CALL_FORMAT_UNCONFIRMED,
+    PROMPT_MODE_UNPROVEN,
+    PROMPT_DATE_UNPROVEN,
+)
+
+
+def unproven_figures(reasons: dict[str, int], samples: int) -> dict:
+    """Of a run's sample reasons (``Store.counts()["reasons"]``), those of ``DOUBT_REASONS``:
+    ``samples`` left unproven, their ``share`` of all samples and the count ``by_reason``."""
+    by_reason = {reason: n for reason, n in reasons.items() if reason in DOUBT_REASONS}
+    total = sum(by_reason.values())
+    return {
+        "samples": total,
+        "share": round(total / samples, 6) if samples else None,
+        "by_reason": by_reason,
+    }
+
+
 @dataclass(frozen=True)
 class Verdict:
     verified: bool
