@@ -1,7 +1,7 @@
 """A provider whose tool-call parser re-serialises arguments (compact, keys sorted, as a Go
 gateway writes JSON) is caught on the samples whose count only a re-serialised reading matches,
-and by calibration's forced call, and then distrusted on the rest: no sample of it whose count happens to match is verified with
-its key order instead of the model's."""
+and by calibration's forced call, and then distrusted on the rest: no sample of it whose count
+happens to match is verified with its key order instead of the model's."""
 
 from __future__ import annotations
 
