@@ -541,6 +541,9 @@ def format_probe(report: dict) -> str:
             lines.append(f"{printable(f['route'])}: not probed: {printable(f['error'])}")
         elif f["caught"]:
             lines.append(f"{printable(f['route'])}: caught: {', '.join(f['caught'])}")
+        if f.get("calibration"):
+            proved = ", ".join(f"{q} {v}" for q, v in f["calibration"].items())
+            lines.append(f"{printable(f['route'])}: calibration: {printable(proved)}")
     if report["toml"] is None:
         lines += ["", "no provider verified 90% of its samples: no routing to recommend"]
     else:

@@ -127,6 +127,8 @@ class ProviderFigures:
     run_dir: str | None = None  # kept only with --out
     error: str | None = None  # the run could not be made (its sentence)
     verdict: str = "excluded"  # recommended (verified share >= GOOD_SHARE) | excluded
+    # What the probe run's calibration asked it and proved: question -> its verdict.
+    calibration: dict[str, str] = field(default_factory=dict)
 
     @property
     def verified_share(self) -> float | None:
@@ -377,6 +379,12 @@ def read_figures(store: Store, figures: ProviderFigures) -> None:
     figures.cost = counts["cost"]
     latencies = [row["latency"] for row in store.report_rows() if row["latency"] is not None]
     figures.latency_p50 = round(statistics.median(latencies), 3) if latencies else None
+    # The probe routes to one provider: every question its calibration asked went there.
+    figures.calibration = {
+        question: row["verdict"]
+        for questions in store.calibrations().values()
+        for question, row in questions.items()
+    }
 
 
 def rank(figures: list[ProviderFigures]) -> list[ProviderFigures]:
