@@ -11,6 +11,8 @@ import json
 import pytest
 from golden import run_rows
 
+from draftgen import RunDir
+from draftgen.cli.present import format_status
 from draftgen.generate.calibrate import RendererQuestion, left_out, renderer_question
 from draftgen.run.pipeline import RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread, wire
@@ -114,6 +116,15 @@ def test_without_calibration_the_same_samples_stay_unproven(tmp_path, monkeypatc
     assert {row["verify_reason"] for row in exported} == {"prompt_renderer_unproven"}
     assert calibrations(tmp_path) == {}
     assert len(truth) == 12
+    # The yield lost to doubt is its own line.
+    status = RunDir.open(tmp_path / "run").status()
+    assert status["unproven"] == {
+        "samples": 12,
+        "share": 1.0,
+        "by_reason": {"prompt_renderer_unproven": 12},
+    }
+    text = format_status(status, tmp_path / "run")
+    assert "  unproven            12 samples (100.0%) the proof could not settle: " in text
 
 
 def test_a_gpt_oss_provider_on_the_template_is_left_out_before_it_is_paid(tmp_path, monkeypatch):
@@ -146,6 +157,12 @@ def test_a_drifting_provider_is_left_out_before_it_is_paid(tmp_path, monkeypatch
     assert all(row["verified"] and exact(row, truth) for row in exported)
     asked = calibrations(tmp_path)
     assert asked[wire.REVISION_PROVIDER][RENDERER]["verdict"] == RENDERS_OTHERWISE
+    status = RunDir.open(tmp_path / "run").status()
+    assert status["calibration"] == asked
+    assert status["unproven"]["samples"] == 0
+    text = format_status(status, tmp_path / "run")
+    assert f"    {wire.REVISION_PROVIDER}  cost $" in text
+    assert "      renderer: renders_otherwise: prompt count " in text
 
 
 def test_a_resume_asks_no_provider_again(tmp_path, monkeypatch):
