@@ -362,6 +362,7 @@ def test_a_run_retries_an_oversized_answer_and_stores_every_row_once(tmp_path, m
         base_url = await server.start()
         try:
             options = RunOptions(
+                no_calibrate=True,
                 inputs=[str(rows)],
                 model="test/model",
                 tokenizer="fixture:kimi-k2.5",

@@ -245,6 +245,7 @@ def run_against(provider: CostlessProvider, tmp_path, monkeypatch, **overrides):
     async def go():
         runner, base_url = await start_app(provider.app())
         options = RunOptions(
+            no_calibrate=True,
             inputs=[str(write_rows(tmp_path / "rows.jsonl", 40))],
             model="test/model",
             tokenizer=TOKENIZER,

@@ -55,7 +55,9 @@ def go(sim: SimulatorThread, inputs: Path, out: Path, **options) -> dict:
                 api_key_env=KEY_VAR,
                 concurrency=8,
                 retry_base_delay=0.01,
-                **options,
+                # The judge and the re-buys on their own: calibration would leave the
+                # drifting provider out before it sold anything (tests/generate/test_calibrate.py).
+                **{"no_calibrate": True, **options},
             )
         )
     )

@@ -94,6 +94,7 @@ def sim(monkeypatch):
 
 def options(tmp_path: Path, sim: SimulatorThread, rows: int = 40, **extra) -> RunOptions:
     return RunOptions(
+        no_calibrate=True,
         inputs=[str(write_rows(tmp_path / "p.jsonl", rows))],
         model="m",
         tokenizer=TOKENIZER,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from draftgen.backends.listing import ListingError, ProviderEndpoint, model_endpoints
-from draftgen.generate.client import GenerationFailed
+from draftgen.generate.client import FatalApiError, GenerationFailed
 from draftgen.profiles import ModelProfile
 from draftgen.reconstruct.tool_rewrites import call_marks
 from draftgen.records import Completion, GenerationSettings
@@ -160,6 +160,7 @@ class Answer:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     detail: str = ""
+    generation_id: str | None = None
 
     def row(self) -> dict:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -225,6 +226,7 @@ class Calibrator:
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
                 detail=detail,
+                generation_id=completion.generation_id,
             )
         )
 
@@ -264,6 +266,7 @@ class Calibrator:
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
                 detail=detail,
+                generation_id=completion.generation_id,
             )
         )
 
@@ -276,13 +279,15 @@ class Calibrator:
     async def _send(self, body: dict, route: str | None, question: str) -> Completion | None:
         try:
             return await self.send(orjson.dumps(body))
-        except GenerationFailed as exc:
+        except (GenerationFailed, FatalApiError) as exc:
+            # A fatal answer (a routing that allows no provider, a key refused) is met again by
+            # the run's own first request, which stops with its usual sentence.
             _log.warning(
                 "calibration: the %s question to %s got no answer (%s); its samples keep "
                 "today's doubt",
                 question,
                 route or "the endpoint",
-                exc.reason,
+                exc.reason if isinstance(exc, GenerationFailed) else exc,
             )
             return None
 

@@ -178,9 +178,15 @@ def verify_sample(
                     "wrote",
                 )
             )
-        elif note.startswith(TOOL_ARGUMENTS_RESERIALISED + "=") and profile.tool_arguments_parsed:
-            # The engine's own parser re-spelled them: the count picked the model's spelling
-            # (``TOOL_ARGUMENTS_COUNT_NEUTRAL`` says when it cannot).
+        elif (
+            note.startswith(TOOL_ARGUMENTS_RESERIALISED + "=")
+            and profile.tool_arguments_parsed
+            and not profile.xml_arguments
+        ):
+            # The engine's own parser re-spelled the JSON the model wrote: the count picked the
+            # model's spelling (``TOOL_ARGUMENTS_COUNT_NEUTRAL`` says when it cannot). A
+            # container value in an XML parameter stays unproven: the model may spell it in
+            # more ways than the readings hold.
             details.append(f"the count picked the {note.partition('=')[2]} spelling")
         elif note.startswith(TOOL_ARGUMENTS_RESERIALISED + "="):
             style = note.partition("=")[2]

@@ -174,6 +174,7 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
             batch=False,
             shard=None,
             keep_providers=True,
+            no_calibrate=True,  # the pilot measures answers; the run calibrates itself
         )
         try:
             summary = await run(_as_run_options(pilot_options))

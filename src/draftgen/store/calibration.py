@@ -35,6 +35,7 @@ _COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "detail",
+    "generation_id",  # the API's id of the answer: a paid answer, accounted for like any other
 )
 
 

@@ -177,6 +177,7 @@ CREATE TABLE IF NOT EXISTS provider_calibrations (
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
     detail TEXT NOT NULL DEFAULT '',
+    generation_id TEXT,
     PRIMARY KEY (provider, question)
 );
 -- Completions of an excluded provider that failed proof and were bought again elsewhere: the
