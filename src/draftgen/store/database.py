@@ -1624,6 +1624,18 @@ FROM served GROUP BY provider, failed
 UNKNOWN_PROVIDER = "unknown"  # what a completion that named no provider is counted under
 
 
+def _empty_figures() -> dict:
+    return {
+        "completions": 0,
+        "samples": 0,
+        "verified": 0,
+        "unverified": {},
+        "truncated": 0,
+        "cost": 0.0,
+        "latency_p50": None,
+    }
+
+
 def provider_figures(db: sqlite3.Connection) -> dict[str, dict]:
     """Per provider, most completions first: completions, samples, ``verified`` (and not cut at
     max_tokens), ``unverified`` (samples that failed a check, by reason, most first),
@@ -1633,18 +1645,7 @@ def provider_figures(db: sqlite3.Connection) -> dict[str, dict]:
     for provider, failed, served, sampled, proven, cut, cost, latency in db.execute(
         PROVIDER_FIGURES
     ):
-        row = figures.setdefault(
-            provider or UNKNOWN_PROVIDER,
-            {
-                "completions": 0,
-                "samples": 0,
-                "verified": 0,
-                "unverified": {},
-                "truncated": 0,
-                "cost": 0.0,
-                "latency_p50": None,
-            },
-        )
+        row = figures.setdefault(provider or UNKNOWN_PROVIDER, _empty_figures())
         row["completions"] += served
         row["samples"] += sampled
         row["verified"] += proven
@@ -1654,6 +1655,11 @@ def provider_figures(db: sqlite3.Connection) -> dict[str, dict]:
             row["unverified"][failed] = sampled
         if latency is not None:
             row["latency_p50"] = round(latency, 3)
+    # What calibration's questions cost went to the provider that answered them (one left out
+    # by its answer has a row of its own: it was paid, and sold nothing else).
+    for provider, questions in read_calibrations(db).items():
+        row = figures.setdefault(provider or UNKNOWN_PROVIDER, _empty_figures())
+        row["cost"] += calibration_cost({provider: questions})
     for row in figures.values():
         row["cost"] = round(row["cost"], 9)
         row["cost_per_verified"] = (
