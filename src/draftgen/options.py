@@ -127,6 +127,21 @@ def simulator_dialects() -> tuple[str, ...]:
     return DIALECTS
 
 
+def simulator_flags() -> list:
+    """The simulator's own declarations of ``draftgen simulate``'s settings
+    (``draftgen.simulator.config.simulator_flags``)."""
+    from draftgen.simulator.config import simulator_flags as flags
+
+    return flags()
+
+
+def simulator_value(flag, value: object) -> object:
+    """A ``simulate`` flag's (or ``[simulate]`` key's) value as its setting's."""
+    from draftgen.simulator.config import given_value
+
+    return given_value(flag, value)
+
+
 def simulator_hostile_kinds() -> tuple[str, ...]:
     from draftgen.simulator.config import HOSTILE
 

@@ -29,6 +29,8 @@ from draftgen.options import (
     SettingsError,
     config_tables,
     every_setting,
+    simulator_flags,
+    simulator_value,
 )
 from draftgen.redact import described
 
@@ -159,7 +161,7 @@ def load_config(path: Path) -> dict[str, Any]:
     owned = config_tables()
     values: dict[str, Any] = {}
     for key, value in document.items():
-        if key == "datasets" or key in owned:
+        if key == "datasets" or key in owned or key == SIMULATOR_TABLE:
             continue
         if key in command_tables():
             values.update(_command_table(path, key, value))
@@ -196,6 +198,34 @@ def load_config(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: base_url and [[backend.endpoints]] both name endpoints; keep one of them"
         )
+    return values
+
+
+SIMULATOR_TABLE = "simulator"  # draftgen simulate's table: its keys are the simulator's own
+
+
+def load_simulator_table(path: Path) -> dict[str, Any]:
+    """``[simulator]`` of the file: the settings ``draftgen simulate`` takes, by field name,
+    converted as their flags are (``draftgen.simulator.config``'s declarations)."""
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax there") from None
+    section = document.get(SIMULATOR_TABLE, {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: simulator must be a table ([simulator]), not {_kind(section)}")
+    declared = {name: flag for name, flag, _ in simulator_flags()}
+    values = {}
+    for key, value in section.items():
+        if key not in declared:
+            raise ConfigError(
+                _unknown(path, f"simulator.{key}", [f"simulator.{k}" for k in declared])
+            )
+        try:
+            values[key] = simulator_value(declared[key], value)
+        except DraftgenError as exc:
+            raise ConfigError(f"{path}: simulator.{key}: {exc}") from None
     return values
 
 

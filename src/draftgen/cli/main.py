@@ -320,49 +320,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def simulator_config(args: argparse.Namespace):
-    """The ``SimConfig`` that ``draftgen simulate`` serves with these flags."""
+    """The ``SimConfig`` that ``draftgen simulate`` serves: each setting from its flag, else
+    draftgen.toml's ``[simulator]`` key, else the simulator's declared default."""
     from draftgen.api import SimConfig
+    from draftgen.cli.config import find_config, load_simulator_table
+    from draftgen.options import simulator_flags, simulator_value
 
-    return SimConfig(
-        tokenizer=args.tokenizer,
-        profile=args.profile,
-        seed=args.seed,
-        faults=_rates(args.fault, "--fault"),
-        quirks=_rates(args.quirk, "--quirk"),
-        retry_after=args.retry_after,
-        min_tokens=args.min_tokens,
-        max_tokens=args.max_tokens,
-        latency=args.latency,
-        slow_provider=args.slow_provider,
-        chunk_delay=args.chunk_delay,
-        truth_path=args.truth,
-        fatal_after=args.fatal_after,
-        stall_seconds=args.stall_seconds,
-        dialect=args.dialect,
-        fail_after=args.fail_after,
-        batch_faults=_rates(args.batch_fault, "--batch-fault"),
-        batch_seconds=args.batch_seconds,
-        batch_visible_after=args.batch_visible_after,
-        batch_log_path=args.batch_log,
-        hostile=tuple(k.strip() for kinds in args.hostile for k in kinds.split(",") if k.strip()),
-        hostile_share=args.hostile_share,
-        hostile_bytes=args.hostile_bytes,
-        trickle_rate=args.trickle_rate,
-        keepalive_seconds=args.keepalive_seconds,
-    )
-
-
-def _rates(pairs: list[str], flag: str) -> dict[str, float]:
-    from draftgen.api import SimConfigError
-
-    rates = {}
-    for pair in pairs:
-        name, _, rate = pair.partition("=")
-        try:
-            rates[name] = float(rate)
-        except ValueError:
-            raise SimConfigError(f"{flag} {pair!r} is not NAME=RATE, e.g. drift=0.05") from None
-    return rates
+    path = find_config(args)
+    values = load_simulator_table(path) if path is not None else {}
+    for name, flag, _ in simulator_flags():
+        given = getattr(args, name, None)
+        if given is not None:
+            values[name] = simulator_value(flag, given)
+    return SimConfig(**values)
 
 
 COMMANDS = {"run": cmd_run, "export": cmd_export, "status": cmd_status, "simulate": cmd_simulate}

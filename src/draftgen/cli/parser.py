@@ -27,8 +27,7 @@ from draftgen.options import (
     profile_names,
     renamed_flags,
     setting_named,
-    simulator_dialects,
-    simulator_hostile_kinds,
+    simulator_flags,
 )
 from draftgen.redact import described, printable, redact
 
@@ -420,20 +419,8 @@ def _add_cancel(commands) -> None:
 
 
 def _add_simulate(simulate: argparse.ArgumentParser) -> None:
-    simulate.add_argument(
-        "--tokenizer",
-        required=True,
-        metavar="DIR_OR_ID",
-        help="the simulated model's tokenizer: local directory, hub id or fixture:NAME (required)",
-    )
-    _add_profile(simulate, "force the simulated model's profile", "detected from the tokenizer")
-    simulate.add_argument(
-        "--dialect",
-        choices=simulator_dialects(),
-        default="openrouter",
-        help="answer as OpenRouter (text only) or as a vllm / sglang server with token ids "
-        "(default openrouter)",
-    )
+    """Where the simulator listens, then every setting the simulator declares
+    (``draftgen.simulator.config.SimConfig``): its flags are made from those declarations."""
     simulate.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
@@ -443,181 +430,47 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
         default=8000,
         help="port to listen on; 0 picks a free one (default 8000)",
     )
-    simulate.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the simulated answers, faults and quirks (default 0)",
-    )
-    _add_simulated_faults(simulate)
-    _add_simulated_hostile(simulate)
-    _add_simulated_lengths(simulate)
-    simulate.add_argument(
-        "--truth",
+    _add_config_flags(simulate)
+    for name, flag, default in simulator_flags():
+        extra: dict = {"metavar": flag.metavar}
+        if flag.shape != "one":
+            extra["action"] = "append"
+        else:
+            extra["type"] = flag.kind if flag.kind is not str else None
+        if flag.choices:
+            extra["choices"] = flag.choices
+            extra["metavar"] = flag.metavar or None
+        if name == "profile":
+            extra["choices"] = profile_names()
+        shown = _shown_default(default)
+        simulate.add_argument(
+            flag.flag,
+            dest=name,
+            default=None,  # not given: draftgen.toml's [simulate] key, else the declared default
+            help=flag.help + (f" (default {shown})" if shown else ""),
+            **extra,
+        )
+
+
+def _shown_default(default: object) -> str:
+    """A simulator setting's default as --help says it ("" when there is none to show)."""
+    if default is None or default in ({}, (), ""):
+        return ""
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
         type=Path,
         metavar="FILE",
-        help="append the ground truth of every served completion here (JSONL)",
+        help="read the [simulator] table of this draftgen.toml (default: ./draftgen.toml if "
+        "there is one); flags win over it",
     )
-    _add_simulated_batches(simulate)
-
-
-def _add_simulated_faults(simulate: argparse.ArgumentParser) -> None:
-    """`simulate`'s faults and quirks, and when they start."""
-    simulate.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="NAME=RATE",
-        help="inject a fault at a rate, e.g. rate_limit=0.1; repeatable",
-    )
-    simulate.add_argument(
-        "--quirk",
-        action="append",
-        default=[],
-        metavar="NAME=RATE",
-        help="apply a provider quirk at a rate, e.g. drift=0.05; repeatable",
-    )
-    simulate.add_argument(
-        "--retry-after",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="Retry-After sent with rate-limit and overload faults (default 0: none)",
-    )
-
-
-def _add_simulated_hostile(simulate: argparse.ArgumentParser) -> None:
-    """`simulate`'s hostile answers: what no provider means to send (docs/simulate.md)."""
-    simulate.add_argument(
-        "--hostile",
-        action="append",
-        default=[],
-        metavar="KIND[,KIND]",
-        help="answer a share of chat requests as a hostile server would: "
-        + ", ".join(simulator_hostile_kinds())
-        + "; repeatable",
-    )
-    simulate.add_argument(
-        "--hostile-share",
-        type=float,
-        default=0.25,
-        metavar="RATE",
-        help="share of chat requests given a hostile answer, drawn per prompt and attempt "
-        "(default 0.25)",
-    )
-    simulate.add_argument(
-        "--hostile-bytes",
-        type=int,
-        default=256 * 2**20,
-        metavar="N",
-        help="bytes of an oversized answer (default 268435456: 256 MiB)",
-    )
-    simulate.add_argument(
-        "--trickle-rate",
-        type=float,
-        default=4.0,
-        metavar="BYTES",
-        help="bytes a second of a slowloris answer (default 4)",
-    )
-    simulate.add_argument(
-        "--keepalive-seconds",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between the comments of a keepalive answer (default 1)",
-    )
-
-
-def _add_simulated_lengths(simulate: argparse.ArgumentParser) -> None:
-    """`simulate`'s completion lengths, pace, and the faults that come after N requests."""
-    simulate.add_argument(
-        "--min-tokens",
-        type=int,
-        default=20,
-        metavar="N",
-        help="shortest simulated completion, in tokens (default 20)",
-    )
-    simulate.add_argument(
-        "--max-tokens",
-        type=int,
-        default=200,
-        metavar="N",
-        help="longest simulated completion, in tokens; a request's max_tokens cuts it shorter "
-        "(default 200)",
-    )
-    simulate.add_argument(
-        "--latency",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait before answering each request (default 0)",
-    )
-    simulate.add_argument(
-        "--slow-provider",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="one provider (AtlasCloud) waits this much longer before answering (default 0)",
-    )
-    simulate.add_argument(
-        "--chunk-delay",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait between streamed chunks (default 0)",
-    )
-    simulate.add_argument(
-        "--fatal-after",
-        type=int,
-        metavar="N",
-        help="the auth and payment faults start only after N requests (default: from the first)",
-    )
-    simulate.add_argument(
-        "--fail-after",
-        type=int,
-        metavar="N",
-        help="an outage: every chat request after the N-th (and GET /models) answers HTTP 500 "
-        "(default: no outage)",
-    )
-    simulate.add_argument(
-        "--stall-seconds",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long the stall fault sends nothing (default 30)",
-    )
-
-
-def _add_simulated_batches(simulate: argparse.ArgumentParser) -> None:
-    """`simulate`'s batch APIs: faults, timeline, log."""
-    simulate.add_argument(
-        "--batch-fault",
-        action="append",
-        default=[],
-        metavar="NAME=RATE",
-        help="inject a batch fault at a rate, e.g. expire=0.1; repeatable",
-    )
-    simulate.add_argument(
-        "--batch-seconds",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="how long a batch's rows take once validated, spread evenly (default 1)",
-    )
-    simulate.add_argument(
-        "--batch-visible-after",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="OpenRouter batches answer 404 (and are not listed) this long after their 202 "
-        "(default 1)",
-    )
-    simulate.add_argument(
-        "--batch-log",
-        type=Path,
-        metavar="FILE",
-        help="append one JSON line per batch created (its custom_ids and body hashes) and per "
-        "batch ended (status, rows delivered, cost)",
+    parser.add_argument(
+        "--no-config", action="store_true", help="read no draftgen.toml, even ./draftgen.toml"
     )
 
 

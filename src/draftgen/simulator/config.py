@@ -6,7 +6,7 @@ completion and change what the model produced or how the provider delivered it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from draftgen.backends import all_backends, server_families
@@ -129,58 +129,201 @@ class SimConfigError(DraftgenError, ValueError):
     """A simulator setting that cannot work; the message names it."""
 
 
+SIM_FLAG = "draftgen_sim_flag"  # the key of a SimConfig field's metadata that holds its SimFlag
+
+
+@dataclass(frozen=True)
+class SimFlag:
+    """How a simulator setting is given: its ``draftgen simulate`` flag (and ``[simulate]`` key
+    of draftgen.toml: the field's name), help and the kind of value it takes."""
+
+    help: str
+    metavar: str | None = None
+    flag: str = ""  # default: "--" + the field's name with dashes
+    kind: type = str  # a value's type: str, int, float, Path
+    # "one" value, "rates" (NAME=RATE, repeatable, a table in TOML) or "kinds" (NAME[,NAME],
+    # repeatable, a list in TOML)
+    shape: str = "one"
+    choices: tuple[str, ...] | None = None
+    required: bool = False
+
+
+def declared(default: object, help: str, **how: object) -> object:
+    """A SimConfig field with its flag declared (``SimFlag``'s fields as keywords)."""
+    factory = {"default_factory": default} if callable(default) else {"default": default}
+    return field(**factory, metadata={SIM_FLAG: SimFlag(help=help, **how)})
+
+
 @dataclass
 class SimConfig:
-    tokenizer: str  # spec for draftgen.tokens.tokenizer.load_tokenizer
-    profile: str | None = None  # None: detect_profile(tokenizer.get_vocab())
-    seed: int = 0
-    faults: dict[str, float] = field(default_factory=dict)  # fault name -> probability/request
-    quirks: dict[str, float] = field(default_factory=dict)  # quirk name -> probability/completion
-    retry_after: float = 0.0  # seconds sent in Retry-After
-    min_tokens: int = 20  # length range of a generated completion, in tokens (roughly)
-    max_tokens: int = 200
+    """The simulator's settings: each field that ``draftgen simulate`` takes declares its flag
+    here (``declared``), and the flags, ``[simulate]`` keys and docs/cli.md are made from it."""
+
+    tokenizer: str = declared(
+        "",
+        "the simulated model's tokenizer: local directory, hub id or fixture:NAME (required)",
+        metavar="DIR_OR_ID",
+        required=True,
+    )
+    profile: str | None = declared(
+        None,
+        "force the simulated model's profile (default: detected from the tokenizer)",
+        metavar="NAME",
+    )
+    seed: int = declared(
+        0, "seed of the simulated answers, faults and quirks", metavar="N", kind=int
+    )
+    faults: dict[str, float] = declared(
+        dict,
+        "inject a fault at a rate, e.g. rate_limit=0.1; repeatable",
+        metavar="NAME=RATE",
+        flag="--fault",
+        shape="rates",
+    )
+    quirks: dict[str, float] = declared(
+        dict,
+        "apply a provider quirk at a rate, e.g. drift=0.05; repeatable",
+        metavar="NAME=RATE",
+        flag="--quirk",
+        shape="rates",
+    )
+    retry_after: float = declared(
+        0.0,
+        "Retry-After sent with rate-limit and overload faults; 0 sends none",
+        metavar="SECONDS",
+        kind=float,
+    )
+    min_tokens: int = declared(
+        20, "shortest simulated completion, in tokens", metavar="N", kind=int
+    )
+    max_tokens: int = declared(
+        200,
+        "longest simulated completion, in tokens; a request's max_tokens cuts it shorter",
+        metavar="N",
+        kind=int,
+    )
     chunk_tokens: int = 1  # tokens per SSE chunk when streaming
-    latency: float = 0.0  # seconds before responding
-    slow_provider: float = 0.0  # extra seconds before wire.SLOW_PROVIDER responds
-    chunk_delay: float = 0.0  # seconds between SSE chunks
+    latency: float = declared(
+        0.0, "wait before answering each request", metavar="SECONDS", kind=float
+    )
+    slow_provider: float = declared(
+        0.0,
+        "one provider (AtlasCloud) waits this much longer before answering",
+        metavar="SECONDS",
+        kind=float,
+    )
+    chunk_delay: float = declared(
+        0.0, "wait between streamed chunks", metavar="SECONDS", kind=float
+    )
     # A provider's pace when streaming (0: as fast as the socket takes it). Each event of
     # ``chunk_tokens`` tokens is due chunk_tokens / tokens_per_second after the one before,
     # counted from the stream's start: a late writer catches up, as generation does not wait.
     tokens_per_second: float = 0.0
-    truth_path: Path | None = None  # append one JSON line per served completion
-    fatal_after: int | None = None  # "auth"/"payment" only after this many requests
-    stall_seconds: float = 30.0  # how long a "stall" fault stays silent
+    truth_path: Path | None = declared(
+        None,
+        "append the ground truth of every served completion here (JSONL)",
+        metavar="FILE",
+        flag="--truth",
+        kind=Path,
+    )
+    fatal_after: int | None = declared(
+        None,
+        "the auth and payment faults start only after N requests (default: from the first)",
+        metavar="N",
+        kind=int,
+    )
+    stall_seconds: float = declared(
+        30.0, "how long the stall fault sends nothing", metavar="SECONDS", kind=float
+    )
     model: str = "moonshotai/kimi-k2.5"  # listed by GET /models besides any model requested
     prompt_price: float = 0.0000006  # dollars (credits) per prompt token
     completion_price: float = 0.0000025  # dollars (credits) per completion token
-    dialect: str = "openrouter"  # one of DIALECTS
+    dialect: str = declared(
+        "openrouter",
+        "answer as OpenRouter (text only) or as a vllm / sglang server with token ids",
+        choices=DIALECTS,
+    )
     tool_call_rate: float = 0.5  # chance the model calls a tool when the request has ``tools``
     # Share of calls whose arguments the model writes as compact JSON (else as json.dumps does).
     compact_tool_arguments: float = 0.0
     # An endpoint going down: chat requests after the N-th, and GET /models, answer HTTP 500.
-    fail_after: int | None = None
+    fail_after: int | None = declared(
+        None,
+        "an outage: every chat request after the N-th (and GET /models) answers HTTP 500 "
+        "(default: no outage)",
+        metavar="N",
+        kind=int,
+    )
     # Batches: faults by name (BATCH_FAULTS) and the timeline in seconds. OpenRouter's GET and
     # listing do not show a batch for ``batch_visible_after`` seconds after its 202; its rows
     # finish evenly over ``batch_seconds`` once validated.
-    batch_faults: dict[str, float] = field(default_factory=dict)
-    batch_visible_after: float = 1.0
+    batch_faults: dict[str, float] = declared(
+        dict,
+        "inject a batch fault at a rate, e.g. expire=0.1; repeatable",
+        metavar="NAME=RATE",
+        flag="--batch-fault",
+        shape="rates",
+    )
+    batch_visible_after: float = declared(
+        1.0,
+        "OpenRouter batches answer 404 (and are not listed) this long after their 202",
+        metavar="SECONDS",
+        kind=float,
+    )
     batch_validate_seconds: float = 0.2
-    batch_seconds: float = 1.0
+    batch_seconds: float = declared(
+        1.0,
+        "how long a batch's rows take once validated, spread evenly",
+        metavar="SECONDS",
+        kind=float,
+    )
     batch_finalize_seconds: float = 0.1
     batch_cancel_seconds: float = 0.3  # cancelling, then cancelled (unless it finished first)
     batch_discount: float = 0.5  # the ``:batch`` catalog price is the live price times this
     batch_models: tuple[str, ...] | None = None  # models with a ``:batch`` entry (None: all)
-    batch_log_path: Path | None = None  # append one JSON line per batch created and ended
+    batch_log_path: Path | None = declared(
+        None,
+        "append one JSON line per batch created (its custom_ids and body hashes) and per "
+        "batch ended (status, rows delivered, cost)",
+        metavar="FILE",
+        flag="--batch-log",
+        kind=Path,
+    )
     # Hostile answers: the kinds (HOSTILE) drawn among, and the share of chat requests answered
     # with one of them (seeded per prompt and attempt, so a retry may draw a good answer).
-    hostile: tuple[str, ...] = ()
-    hostile_share: float = 0.25
-    hostile_bytes: int = 256 * 2**20  # what an oversized answer holds
-    trickle_rate: float = 4.0  # bytes a second of a slow-loris answer
-    keepalive_seconds: float = 1.0  # between the comments (or blank lines) of a keepalive answer
+    hostile: tuple[str, ...] = declared(
+        (),
+        "answer a share of chat requests as a hostile server would: "
+        + ", ".join(HOSTILE)
+        + "; repeatable",
+        metavar="KIND[,KIND]",
+        shape="kinds",
+    )
+    hostile_share: float = declared(
+        0.25,
+        "share of chat requests given a hostile answer, drawn per prompt and attempt",
+        metavar="RATE",
+        kind=float,
+    )
+    hostile_bytes: int = declared(
+        256 * 2**20, "bytes of an oversized answer", metavar="N", kind=int
+    )
+    trickle_rate: float = declared(
+        4.0, "bytes a second of a slowloris answer", metavar="BYTES", kind=float
+    )
+    keepalive_seconds: float = declared(
+        1.0,
+        "seconds between the comments of a keepalive answer",
+        metavar="SECONDS",
+        kind=float,
+    )
 
     def validate(self) -> None:
         """Raise ``SimConfigError`` naming the first setting that cannot work."""
+        if not self.tokenizer:
+            raise SimConfigError(
+                "the simulator needs a tokenizer: give --tokenizer (e.g. fixture:kimi-k2.5)"
+            )
         for kind, rates, known in (
             ("fault", self.faults, FAULTS),
             ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS + REQUEST_QUIRKS),
@@ -247,3 +390,56 @@ def format_retry_after(seconds: float) -> str:
     if float(seconds).is_integer():
         return str(int(seconds))
     return f"{seconds:.6f}".rstrip("0").rstrip(".")
+
+
+def simulator_flags() -> list[tuple[str, SimFlag, object]]:
+    """(field, its SimFlag, its default) of every SimConfig setting ``draftgen simulate`` takes,
+    in declaration order."""
+    found = []
+    for f in fields(SimConfig):
+        flag = f.metadata.get(SIM_FLAG)
+        if flag is None:
+            continue
+        default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+        spelled = flag.flag or "--" + f.name.replace("_", "-")
+        found.append((f.name, SimFlag(**{**flag.__dict__, "flag": spelled}), default))
+    return found
+
+
+def given_value(flag: SimFlag, value: object) -> object:
+    """A flag's values (or a ``[simulate]`` key's) as the field's value; ``SimConfigError``
+    naming the flag when it is not one."""
+    if flag.shape == "rates":
+        if isinstance(value, dict):
+            pairs = [f"{name}={rate}" for name, rate in value.items()]
+        elif isinstance(value, list):
+            pairs = [str(pair) for pair in value]
+        else:
+            raise SimConfigError(f"{flag.flag} takes NAME=RATE pairs, e.g. drift=0.05")
+        rates = {}
+        for pair in pairs:
+            name, _, rate = pair.partition("=")
+            try:
+                rates[name] = float(rate)
+            except ValueError:
+                raise SimConfigError(
+                    f"{flag.flag} {pair!r} is not NAME=RATE, e.g. drift=0.05"
+                ) from None
+        return rates
+    if flag.shape == "kinds":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SimConfigError(f"{flag.flag} takes names, e.g. {flag.metavar}")
+        return tuple(k.strip() for kinds in value for k in kinds.split(",") if k.strip())
+    if value is None:
+        return None
+    if flag.kind is Path:
+        return Path(str(value))
+    if flag.kind in (int, float) and (
+        isinstance(value, bool) or not isinstance(value, (int, float))
+    ):
+        raise SimConfigError(f"{flag.flag} takes a number, not {value!r}")
+    if flag.kind is int and not isinstance(value, int):
+        raise SimConfigError(f"{flag.flag} takes a whole number, not {value!r}")
+    if flag.kind is str and not isinstance(value, str):
+        raise SimConfigError(f"{flag.flag} takes a text, not {value!r}")
+    return flag.kind(value)
