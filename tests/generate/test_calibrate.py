@@ -246,3 +246,23 @@ def test_a_key_sorting_gateway_has_no_count_neutral_sample_verified(tmp_path, mo
     asked = calibrations(tmp_path)
     assert asked[wire.RESERIALISING_PROVIDER][TOOL_ARGUMENTS]["verdict"] == REWRITES_ARGUMENTS
     assert "sorted_keys" in asked[wire.RESERIALISING_PROVIDER][TOOL_ARGUMENTS]["matched"]
+
+
+def test_a_provider_the_listing_did_not_name_is_asked_once_it_serves(tmp_path, monkeypatch):
+    """The listing names two of the three providers; the third is asked when it is first seen
+    serving, and its samples are trusted as the others' are (gpt-oss, system-led prompts)."""
+    import draftgen.generate.calibrate as calibrate
+
+    listed = calibrate.model_endpoints
+
+    async def two_of_three(base_url, model, api_key):
+        return [e for e in await listed(base_url, model, api_key) if e.provider != "Chutes"]
+
+    monkeypatch.setattr(calibrate, "model_endpoints", two_of_three)
+    truth, exported = run_rows(tmp_path, monkeypatch, "gpt-oss", system_led(16))
+    assert "Chutes" in {row["provider"] for row in exported}
+    asked = calibrations(tmp_path)
+    assert set(asked) == set(wire.PROVIDERS)
+    assert asked["Chutes"][RENDERER]["route"] == "Chutes"
+    assert asked["Chutes"][RENDERER]["verdict"] == RENDERS_AS_DRAFTGEN
+    assert all(row["verified"] and exact(row, truth) for row in exported)

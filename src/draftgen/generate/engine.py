@@ -236,6 +236,9 @@ class LiveGeneration:
                 raise error
             if self.tool_calibration is not None:
                 await self.tool_calibration
+            # Every provider that served is asked before its samples are judged, also one the
+            # judge's tick did not see (a short run).
+            await self.ask_unasked(self.store.provider_figures())
         except asyncio.CancelledError:
             if (error := self._producer_error()) is not None:
                 raise error from None
@@ -330,16 +333,22 @@ class LiveGeneration:
                 judge(tally.providers, set(self.excluded)) if self.route_around else ()
             ):
                 await self.exclude(exclusion.provider, exclusion.evidence)
-            if self.calibrator is not None:
-                new = [
-                    name
-                    for name in tally.providers
-                    if name != UNKNOWN_PROVIDER
-                    and name not in self.excluded
-                    and self.calibrator.needs(name, RENDERER)
-                ]
-                if new:
-                    await self.ask_renderers([(name, name) for name in new])
+            await self.ask_unasked(tally.providers)
+
+    async def ask_unasked(self, providers) -> None:
+        """The renderer question to each of ``providers`` (names) seen serving without having
+        answered it: one the listing did not name, or a resume's new one."""
+        if self.calibrator is None or self.calibrator.question is None:
+            return
+        new = [
+            name
+            for name in providers
+            if name != UNKNOWN_PROVIDER
+            and name not in self.excluded
+            and self.calibrator.needs(name, RENDERER)
+        ]
+        if new:
+            await self.ask_renderers([(name, name) for name in new])
 
     async def exclude(self, provider: str, evidence: str) -> None:
         """Send nothing more to ``provider``, say so once with the evidence, and record it so a
