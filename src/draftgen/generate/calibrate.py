@@ -45,8 +45,9 @@ _log = logging.getLogger("draftgen.calibrate")
 # AI assistant created by Moonshot AI."): any text adds tokens, this one stands for them all.
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 ASK = "Reply with one word: ready."
-# A forced call's answer: reasoning first on a thinking model, so more than one token.
-TOOL_QUESTION_MAX_TOKENS = 512
+# A forced call's answer, asked with reasoning off (the arguments' spelling does not depend on
+# it): the call's markup and three short values.
+TOOL_QUESTION_MAX_TOKENS = 256
 PROBE_TOOL = {
     "type": "function",
     "function": {
@@ -236,8 +237,8 @@ class Calibrator:
             return None
         messages = [{"role": "user", "content": TOOL_ASK}]
         tools = [PROBE_TOOL]
-        max_tokens = min(self.settings.max_tokens or TOOL_QUESTION_MAX_TOKENS, 4096)
-        body = self._body(route, messages, tools, max_tokens=max_tokens)
+        body = self._body(route, messages, tools, max_tokens=TOOL_QUESTION_MAX_TOKENS)
+        body["reasoning"] = {"enabled": False}  # a provider that cannot: the question fails
         body["tool_choice"] = "required"
         completion = await self._send(body, route, TOOL_ARGUMENTS)
         if completion is None:
