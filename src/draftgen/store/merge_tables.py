@@ -1,0 +1,146 @@
+"""A store's side of merging runs (``draftgen.store.merge``): a store opened to be read as found
+or filled unjournalled, its tables and columns listed, its keys ranked, rows copied across stores.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Self
+
+from draftgen.store.identity import DB_NAME
+from draftgen.store.schema import SCHEMA
+
+
+class MergeMixin:
+    """``Store``'s side of a merge: opened as found or unjournalled, its tables listed, its keys
+    ranked, rows copied from another store in one statement."""
+
+    db: sqlite3.Connection
+    path: Path
+    run_dir: Path
+
+    @classmethod
+    def as_found(cls, run_dir: Path) -> Self:
+        """A run's store opened to be read as it is: no table or column is added and no journal
+        mode set, so a store an older draftgen made is read, not upgraded."""
+        store = cls.__new__(cls)
+        store.run_dir = Path(run_dir)
+        store.path = store.run_dir / DB_NAME
+        store.lock = store.identity = None
+        store.db = sqlite3.connect(store.path, isolation_level=None)
+        return store
+
+    @classmethod
+    def unjournalled(cls, path: Path) -> Self:
+        """A new store file at ``path`` filled in one go, with no journal and no syncs: its
+        maker syncs it and renames it into a run directory (a crash leaves a file to delete)."""
+        store = cls.__new__(cls)
+        store.path = Path(path)
+        store.run_dir = store.path.parent
+        store.lock = store.identity = None
+        store.db = sqlite3.connect(store.path, isolation_level=None)
+        store.db.execute("PRAGMA synchronous=OFF")
+        store.db.execute("PRAGMA journal_mode=OFF")
+        store.db.executescript(SCHEMA)
+        return store
+
+    def tables(self) -> dict[str, str]:
+        """Each table's CREATE statement by name, tables this draftgen does not know included."""
+        return dict(
+            self.db.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%'"
+            )
+        )
+
+    def columns(self, table: str) -> set[str]:
+        return {row[1] for row in self.db.execute(f'PRAGMA table_info("{table}")')}
+
+    def add_table(self, create: str) -> None:
+        """Create a table from its CREATE statement (another store's, as ``tables`` gives it)."""
+        self.db.execute(create)
+
+    def row_count(self, table: str) -> int:
+        return self.db.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+
+    def key_records(self, batch: int = 10_000) -> Iterator[list[tuple[str, bool, bool]]]:
+        """(key, has a verified untruncated sample, has a completion) of every key with a
+        completion or a failure, ``batch`` keys at a time; tables an older store lacks count as
+        empty."""
+        tables = self.tables()
+        parts = []
+        if "completions" in tables:
+            verified = (
+                "EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key AND s.verified = 1"
+                " AND s.truncated = 0)"
+                if "samples" in tables
+                else "0"
+            )
+            parts.append(
+                f"SELECT c.key AS key, {verified} AS verified, 1 AS done FROM completions c"
+            )
+        if "failures" in tables:
+            parts.append("SELECT key, 0 AS verified, 0 AS done FROM failures")
+        if not parts:
+            return
+        cursor = self.db.execute(
+            f"SELECT key, max(verified), max(done) FROM ({' UNION ALL '.join(parts)}) GROUP BY key"
+        )
+        while rows := cursor.fetchmany(batch):
+            yield [(key, bool(verified), bool(done)) for key, verified, done in rows]
+
+    def rank_keys(self, run: int, ranks: list[tuple[str, int]]) -> int:
+        """Record that run ``run`` holds these keys, each at its rank: a key keeps the run that
+        holds it at the highest rank, the first one recorded on a tie. Returns how many of the
+        keys were recorded for a run before. Keys are given once per run."""
+        self._merge_tables()
+        self.db.execute("BEGIN")
+        try:
+            self.db.execute("DELETE FROM temp.merge_ranks")
+            self.db.executemany("INSERT INTO temp.merge_ranks (key, rank) VALUES (?, ?)", ranks)
+            shared = self.db.execute(
+                "SELECT count(*) FROM temp.merge_ranks JOIN temp.merge_choice USING (key)"
+            ).fetchone()[0]
+            self.db.execute(
+                "INSERT INTO temp.merge_choice (key, rank, run) SELECT key, rank, ?"
+                " FROM temp.merge_ranks WHERE true ON CONFLICT (key) DO UPDATE SET"
+                " rank = excluded.rank, run = excluded.run WHERE excluded.rank > merge_choice.rank",
+                (run,),
+            )
+            self.db.execute("COMMIT")
+        finally:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+        return shared
+
+    def _merge_tables(self) -> None:
+        # Also made before copying: a run that holds no keys never ranks any.
+        self.db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS merge_choice (key TEXT PRIMARY KEY,"
+            " rank INTEGER NOT NULL, run INTEGER NOT NULL)"
+        )
+        self.db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS merge_ranks (key TEXT NOT NULL, rank INTEGER NOT NULL)"
+        )
+
+    def copy_rows(self, source: Self, table: str, columns: list[str], run: int) -> None:
+        """Copy ``columns`` of ``source``'s rows of ``table`` into this store, run ``run`` of a
+        merge: a keyed row only if ``rank_keys`` gave its key to that run, a row whose key is
+        stored already kept. One statement streams the rows inside SQLite (twice the speed of
+        taking them through Python in batches)."""
+        self._merge_tables()
+        names = ", ".join(f'"{name}"' for name in columns)
+        select = f'SELECT {names} FROM merge_source."{table}"'
+        if "key" in columns:
+            select += f" WHERE key IN (SELECT key FROM temp.merge_choice WHERE run = {int(run)})"
+        self.db.execute("ATTACH DATABASE ? AS merge_source", (str(source.path),))
+        try:
+            self.db.execute("BEGIN")
+            self.db.execute(f'INSERT OR IGNORE INTO main."{table}" ({names}) {select}')
+            self.db.execute("COMMIT")
+        finally:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            self.db.execute("DETACH DATABASE merge_source")
