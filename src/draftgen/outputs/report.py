@@ -152,15 +152,10 @@ REASON_MEANINGS: dict[str, tuple[str, str]] = {
 
 
 def build_report(store: Store) -> dict:
+    """The document: every figure report.html shows, computed once (docs/report.md names them)."""
     rows = list(store.report_rows())
     failures = list(store.failure_rows())
     counts = store.counts()
-    outcomes = Counter()
-    for row in rows:
-        outcomes[_outcome(row)] += 1
-    outcomes["failed"] = len(failures)
-    attempt_errors = Counter(e.get("kind") or "unknown" for row in rows for e in row["errors"])
-    attempt_errors.update(e.get("kind") or "unknown" for f in failures for e in f["errors"])
     sequences = [_sequence_len(r) for r in rows]
     batch_run = bool(counts.get("batches"))
     flow = throughput(rows, pauses=not batch_run)
@@ -179,44 +174,20 @@ def build_report(store: Store) -> dict:
         # What simulator answered (the store's marker), or None: the data is real.
         "simulated": store.simulated(),
         "active_run": counts.get("active_run"),
-        "totals": {
-            "completions": counts["completions"],
-            "samples": counts["samples"],
-            "verified": counts["verified"],
-            "failures": len(failures),
-            "rejected": counts.get("rejected", 0),
-            "cost": counts["cost"],
-            # The headline: what one sample a trainer can use cost (None: none verified).
-            "cost_per_verified": counts["cost_per_verified"],
-            "prompt_tokens": counts["prompt_tokens"],
-            "completion_tokens": counts["completion_tokens"],
-            "retried_attempts": counts["retried_attempts"],
-            "verified_share": round(counts["verified"] / counts["samples"], 4)
-            if counts["samples"]
-            else 0.0,
-        },
-        "outcomes": {name: outcomes.get(name, 0) for name in OUTCOMES},
+        "totals": totals(counts, len(failures)),
+        "outcomes": outcome_counts(rows, failures),
         "verification_reasons": counts["reasons"],
-        "reason_meanings": {
-            reason: {"meaning": meaning, "docs": f"{DOCS}#{anchor}"}
-            for reason in counts["reasons"]
-            for meaning, anchor in [REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))]
-        },
+        "reason_meanings": reason_meanings(counts["reasons"]),
         "finish_reasons": counts["finish_reasons"],
         "failure_reasons": counts["failures"],
         "retried_errors": counts.get("retried_errors") or {},
-        "attempt_errors": dict(attempt_errors.most_common()),
+        "attempt_errors": attempt_errors(rows, failures),
         "rejected": {
             "rows": counts.get("rejected", 0),
             "reasons": counts.get("rejected_reasons") or {},
             "file": str(store.run_dir / REJECTED_NAME),
         },
-        "lengths": {
-            "prompt": distribution([_prompt_len(r) for r in rows]),
-            "reasoning": distribution([r["reasoning_tokens"] for r in rows]),
-            "answer": distribution([_answer_len(r) for r in rows]),
-            "sequence": distribution(sequences),
-        },
+        "lengths": lengths(rows, sequences),
         "max_length_fit": max_length_fit(sequences),
         "providers": providers(rows, counts["providers"]),
         # The providers the run left out, with the evidence, and what buying again came to.
@@ -234,6 +205,59 @@ def build_report(store: Store) -> dict:
         # Every batch as the chart of rounds draws it (a live run has none).
         "batch_rounds": batch_rounds(store.db, time.time()) if batch_run else [],
         "sample_rows": sample_rows(store, rows),
+    }
+
+
+def totals(counts: dict, failures: int) -> dict:
+    """The run's headline figures (the page's cards) from ``Store.counts``."""
+    return {
+        "completions": counts["completions"],
+        "samples": counts["samples"],
+        "verified": counts["verified"],
+        "failures": failures,
+        "rejected": counts.get("rejected", 0),
+        "cost": counts["cost"],
+        # The headline: what one sample a trainer can use cost (None: none verified).
+        "cost_per_verified": counts["cost_per_verified"],
+        "prompt_tokens": counts["prompt_tokens"],
+        "completion_tokens": counts["completion_tokens"],
+        "retried_attempts": counts["retried_attempts"],
+        "verified_share": round(counts["verified"] / counts["samples"], 4)
+        if counts["samples"]
+        else 0.0,
+    }
+
+
+def outcome_counts(rows: list[dict], failures: list[dict]) -> dict:
+    """Stored completions by outcome (``OUTCOMES``), and the turns that failed."""
+    outcomes = Counter(_outcome(row) for row in rows)
+    outcomes["failed"] = len(failures)
+    return {name: outcomes.get(name, 0) for name in OUTCOMES}
+
+
+def reason_meanings(reasons: dict) -> dict:
+    """What each verification reason of the run means, and the docs section that says more."""
+    return {
+        reason: {"meaning": meaning, "docs": f"{DOCS}#{anchor}"}
+        for reason in reasons
+        for meaning, anchor in [REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))]
+    }
+
+
+def attempt_errors(rows: list[dict], failures: list[dict]) -> dict:
+    """Every failed attempt by kind, retried or final, most frequent first."""
+    kinds = Counter(e.get("kind") or "unknown" for row in rows for e in row["errors"])
+    kinds.update(e.get("kind") or "unknown" for f in failures for e in f["errors"])
+    return dict(kinds.most_common())
+
+
+def lengths(rows: list[dict], sequences: list) -> dict:
+    """The distributions of prompt, reasoning, answer and whole-row lengths, in tokens."""
+    return {
+        "prompt": distribution([_prompt_len(r) for r in rows]),
+        "reasoning": distribution([r["reasoning_tokens"] for r in rows]),
+        "answer": distribution([_answer_len(r) for r in rows]),
+        "sequence": distribution(sequences),
     }
 
 
