@@ -168,6 +168,24 @@ def verify_sample(
                 "proven even when the count matches; use a backend that returns token ids",
             )
         )
+    failures += _tool_argument_failures(notes, profile, details)
+    if decoded_text != completion_text:
+        failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
+    if "reasoning_in_non_thinking_prompt" in notes:
+        failures.append(
+            (REASONING_IN_NON_THINKING, "reasoning returned for a prompt with thinking off")
+        )
+    if completion.finish_reason == "content_filter":
+        failures.append((CONTENT_FILTER, "the provider filtered the completion"))
+    return _verdict(failures, details)
+
+
+def _tool_argument_failures(
+    notes: list[str], profile: ModelProfile, details: list[str]
+) -> list[tuple[str, str]]:
+    """The failures the tool-call readings' notes make (a spelling the count cannot prove, a
+    rebuilt id); a spelling the engine's own parser made is a detail, not a failure."""
+    failures: list[tuple[str, str]] = []
     for note in notes:
         if note == TOOL_ARGUMENTS_COUNT_NEUTRAL:
             failures.append(
@@ -212,15 +230,7 @@ def verify_sample(
                     "the provider renamed the tool-call ids; rebuilt ones cannot be proven",
                 )
             )
-    if decoded_text != completion_text:
-        failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
-    if "reasoning_in_non_thinking_prompt" in notes:
-        failures.append(
-            (REASONING_IN_NON_THINKING, "reasoning returned for a prompt with thinking off")
-        )
-    if completion.finish_reason == "content_filter":
-        failures.append((CONTENT_FILTER, "the provider filtered the completion"))
-    return _verdict(failures, details)
+    return failures
 
 
 def verify_server_ids(
