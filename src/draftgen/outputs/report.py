@@ -17,22 +17,20 @@ from pathlib import Path
 import orjson
 
 from draftgen import __version__
-from draftgen.outputs.report_charts import (  # noqa: F401 (the page's names, kept importable here)
-    BLUE,
+
+# Besides OUTCOMES, the page's names: importable from here as before the page was a template.
+from draftgen.outputs.report_charts import (  # noqa: F401
     GREEN,
     GREY,
     LABEL_LINE,
     OUTCOMES,
     RED,
     TICK_ROOM,
-    per_bucket,
     row_colour,
-    share_colour,
 )
 from draftgen.outputs.report_page import (  # noqa: F401
     bar_chart,
     flagged_section,
-    format_number,
     provider_section,
     render_html,
     throughput_chart,
