@@ -318,7 +318,7 @@ def with_doubts(verdict: Verdict, doubts: list[tuple[str, str]]) -> Verdict:
 
 def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:
     """The first of the profile's delimiters typed literally in non-assistant data (legal, but
-    worth reporting). ``reconstruct.text.special_text_of_prompt`` looks for every added token of
+    worth reporting). ``reconstruct.token_tables.special_text_of_prompt`` looks for every added token of
     the tokenizer after these."""
     for message in messages:
         if message.get("role") == "assistant":
