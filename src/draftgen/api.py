@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from draftgen.store.database import DB_NAME, REJECTED_NAME, RunLock, Store, Stor
 if TYPE_CHECKING:
     from draftgen.backends.listing import ProviderEndpoint
     from draftgen.options import RunOptions
+    from draftgen.outputs.export import ExportOptions, ExportSummary
     from draftgen.run.estimate import Estimate
     from draftgen.run.pipeline import RunSummary
     from draftgen.run.providers import ProbeReport
@@ -56,6 +58,8 @@ _LAZY = {
     "SimConfigError": "draftgen.simulator.config",
     "ProbeReport": "draftgen.run.providers",
     "ProviderEndpoint": "draftgen.backends.listing",
+    # What an export is asked for (draftgen export's flags), for RunDir.write_export.
+    "ExportOptions": "draftgen.outputs.export",
     # The batch timing line status and the progress show (one wording for both).
     "timing_text": "draftgen.store.batch_timing",
 }
@@ -163,7 +167,7 @@ class RunDir:
     def export(
         self, fmt: str, out: str | Path, include_unverified: bool = False, force: bool = False
     ) -> tuple[int, Snapshot]:
-        """Write ``fmt`` (specforge, specforge-text, parquet, hf) to ``out``: (rows, snapshot).
+        """Write ``fmt`` (``EXPORT_FORMATS``) to ``out``: (rows, snapshot).
 
         An existing file at ``out`` is replaced only if it is an earlier export of this run,
         or with ``force``."""
@@ -172,6 +176,20 @@ class RunDir:
         with Store(self.path, create=False) as store:
             snapshot = self._prepare(store)
             return export(store, fmt, Path(out), include_unverified, force), snapshot
+
+    def write_export(
+        self, fmt: str, out: str | Path, options: ExportOptions | None = None
+    ) -> tuple[ExportSummary, Snapshot]:
+        """``export`` with every option (``draftgen.outputs.export.ExportOptions``): (what was
+        written, snapshot), what was written an ``ExportSummary``: the rows, how many are
+        longer than the trainers' common limits and, for ``speculators``, the draft vocabulary
+        written beside them."""
+        from draftgen.outputs.export import ExportOptions, write_export
+
+        with Store(self.path, create=False) as store:
+            snapshot = self._prepare(store)
+            summary = write_export(store, fmt, Path(out), options or ExportOptions())
+            return summary, snapshot
 
     def report(self, out_dir: str | Path | None = None) -> tuple[Path, Path]:
         """Write ``report.json`` and ``report.html`` (into the run directory by default)."""
@@ -186,16 +204,24 @@ class RunDir:
         out: str | Path,
         target_size: int | None = None,
         include_unverified: bool = False,
+        trainers: Sequence[str] | None = None,
     ):
-        """SpecForge's draft vocabulary of ``size`` ids, written to ``out``: (mapping, paths,
-        the target vocabulary size used, snapshot). The target size defaults to the tokenizer's."""
-        from draftgen.outputs.vocab import build_from_store, target_vocab_size, write_mapping
+        """The draft vocabulary of ``size`` ids by SpecForge's rule, written to ``out`` as
+        ``trainers`` load it (default: every one of ``VOCAB_TRAINERS``): (mapping, paths, the
+        target vocabulary size used, snapshot). The target size defaults to the tokenizer's."""
+        from draftgen.outputs.vocab import (
+            TRAINERS,
+            build_from_store,
+            target_vocab_size,
+            write_mapping,
+        )
 
         with Store(self.path, create=False) as store:
             snapshot = self._prepare(store)
             target = target_size if target_size is not None else target_vocab_size(store)
             mapping = build_from_store(store, size, target, include_unverified)
-        return mapping, write_mapping(mapping, Path(out)), target, snapshot
+        paths = write_mapping(mapping, Path(out), trainers or TRAINERS)
+        return mapping, paths, target, snapshot
 
     def sample(self, sample_id: str) -> dict:
         """One sample (``draftgen show``): its export id (``SOURCE_ID:TURN``) or key, verdict,

@@ -121,6 +121,13 @@ def export_formats() -> tuple[str, ...]:
     return FORMATS
 
 
+def vocab_trainers() -> tuple[str, ...]:
+    """The trainers ``draftgen vocab --for`` writes files for."""
+    from draftgen.outputs import VOCAB_TRAINERS
+
+    return VOCAB_TRAINERS
+
+
 def simulator_dialects() -> tuple[str, ...]:
     from draftgen.simulator.config import DIALECTS
 

@@ -33,6 +33,17 @@ METADATA = [
 ]
 
 
+PROVENANCE = [
+    "id",
+    "verified",
+    "verify_reason",
+    "finish_reason",
+    "provider",
+    "generation_id",
+    "id_source",
+]
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("export"))
@@ -67,12 +78,16 @@ def test_parquet_loads_through_datasets_with_equal_values(run_dir, reference, tm
         "parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache")
     )
     assert len(loaded) == len(reference[which])
-    assert set(loaded.column_names) == {*METADATA, "input_ids", "loss_mask", "seq_len"}
+    assert set(loaded.column_names) == {*METADATA, "input_ids", "loss_mask", "seq_len", "draftgen"}
     for got, want in zip(loaded, reference[which], strict=True):
         assert got["input_ids"] == want["input_ids"]
         assert got["loss_mask"] == want["loss_mask"]
         assert got["seq_len"] == len(want["input_ids"]) == len(got["loss_mask"])
         assert {k: got[k] for k in METADATA} == {k: want[k] for k in METADATA}
+        # The row's provenance column repeats what identifies it, and adds the run's marks.
+        assert {k: got["draftgen"][k] for k in PROVENANCE} == {k: want[k] for k in PROVENANCE}
+        marks = got["draftgen"]
+        assert marks["simulated"] is True and len(marks["settings_digest"]) == 64
     assert pq.read_schema(path).equals(parquet_schema())
 
 

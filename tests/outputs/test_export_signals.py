@@ -209,9 +209,9 @@ def test_a_signal_while_the_sidecar_is_written_leaves_neither_half_written(run_d
 SLOW_SWAP = """
 import contextlib, sys, time
 from pathlib import Path
-import draftgen.outputs.export as export
+from draftgen.outputs.stop_signals import StopSignals
 
-swap = export.StopSignals.swap
+swap = StopSignals.swap
 
 @contextlib.contextmanager
 def slow_swap(self):
@@ -220,7 +220,7 @@ def slow_swap(self):
         time.sleep(1.0)
         yield
 
-export.StopSignals.swap = slow_swap
+StopSignals.swap = slow_swap
 from draftgen.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -1,12 +1,17 @@
-"""Every export says where its rows came from (model, tokenizer digest, profile, settings, draftgen
-version, simulated or not): a JSONL file's sidecar, Parquet's schema metadata, the hf dataset's
-card and info; a run made by a simulator says so in status, the report and every export.
+"""Every export says where its rows came from (model, tokenizer digest, profile, renderer, settings
+and their digest, dates, cost, counts, draftgen version, simulated or not): a JSONL file's sidecar,
+Parquet's schema metadata, the directory formats' card and info; a run made by a simulator says so
+in status, the report and every export.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import sqlite3
+import time
+from datetime import UTC, datetime
 
 import datasets
 import pyarrow.parquet as pq
@@ -16,6 +21,7 @@ from sample_runs import TOKENIZER, make_run
 
 import draftgen as package
 from draftgen.outputs.export import EXPORT_FORMATS, FORMATS, formats_help
+from draftgen.redact import usd
 from draftgen.store.database import Store
 
 SPECFORGE_KEYS = {
@@ -69,11 +75,27 @@ def resumed_run(sim_run, tmp_path_factory):
     return copied(sim_run, tmp_path_factory, "resumed", "vllm", mark=True)
 
 
+def iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
+
+
+def stamped(meta: dict) -> dict:
+    """``meta`` without its export time, once that is checked to be now (UTC, to the second)."""
+    meta = dict(meta)
+    exported = datetime.fromisoformat(meta.pop("exported_at"))
+    assert exported.tzinfo == UTC and abs(exported.timestamp() - time.time()) < 120
+    return meta
+
+
 def expected(run_dir, fmt: str, include_unverified: bool = False) -> dict:
-    """The provenance an export of ``run_dir`` must carry, from the store's own records."""
+    """The provenance an export of ``run_dir`` must carry (but its export time), from the
+    store's own records."""
     with Store(run_dir, create=False) as store:
         meta = store.all_meta()
         counts = store.counts()
+    db = sqlite3.connect(run_dir / "draftgen.sqlite")
+    first, last = db.execute("SELECT min(created_at), max(created_at) FROM completions").fetchone()
+    db.close()
     settings = json.loads(meta["settings"])
     simulator = meta.get("simulated") or next(
         (
@@ -90,12 +112,21 @@ def expected(run_dir, fmt: str, include_unverified: bool = False) -> dict:
         "tokenizer": TOKENIZER,
         "tokenizer_digest": meta["tokenizer_digest"],
         "profile": meta["profile"],
+        "renderer": f"draftgen's {meta['profile']} profile over the chat template of {TOKENIZER}",
         "settings": settings,
+        "settings_digest": hashlib.sha256(
+            json.dumps(settings, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest(),
         "simulated": simulator is not None,
         "simulator": simulator,
         "sources": json.loads(meta["sources"]),
         "include_unverified": include_unverified,
         "verification": {k: counts[k] for k in ("samples", "verified", "truncated")},
+        "verified_share": round(counts["verified"] / counts["samples"], 6),
+        "cost_usd": counts["cost"],
+        "cost_per_verified_usd": counts["cost_per_verified"],
+        "generated_from": iso(first),
+        "generated_to": iso(last),
     }
 
 
@@ -110,7 +141,7 @@ def test_a_jsonl_export_has_its_provenance_beside_it(real_run, tmp_path, fmt):
     out = export(real_run, fmt, tmp_path / "train.jsonl")
     rows = read_jsonl(out)
     sidecar = json.loads((tmp_path / "train.jsonl.meta.json").read_text(encoding="utf-8"))
-    assert sidecar == {**expected(real_run, fmt), "rows": len(rows)}
+    assert stamped(sidecar) == {**expected(real_run, fmt), "rows": len(rows)}
     assert sidecar["tokenizer_digest"] and sidecar["simulated"] is False
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl", "train.jsonl.meta.json"]
     if fmt == "specforge":  # SpecForge reads these rows: no field added
@@ -127,7 +158,7 @@ def test_include_unverified_is_recorded(real_run, tmp_path):
 def test_a_parquet_export_holds_its_provenance_in_the_schema(real_run, tmp_path):
     out = export(real_run, "parquet", tmp_path / "train.parquet")
     metadata = pq.read_schema(out).metadata
-    assert json.loads(metadata[b"draftgen"]) == expected(real_run, "parquet")
+    assert stamped(json.loads(metadata[b"draftgen"])) == expected(real_run, "parquet")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.parquet"]  # no sidecar
 
 
@@ -138,9 +169,15 @@ def test_an_hf_export_has_a_dataset_card_and_its_provenance_in_the_info(real_run
     card = (out / "README.md").read_text(encoding="utf-8")
     lines = card.splitlines()
     assert lines[0] == "---" and lines[2] == "---"
-    assert json.loads(lines[1].removeprefix("draftgen: ")) == want
+    assert stamped(json.loads(lines[1].removeprefix("draftgen: "))) == want
     assert f"# Draft-model training data for {want['model']}" in card
     assert f"- rows in this dataset: {rows}" in card
+    assert f"- renderer: {want['renderer']}" in card
+    assert f"(digest `{want['settings_digest']}`)" in card
+    assert f"- generated {want['generated_from']} to {want['generated_to']}" in card
+    assert f"- verified share: {want['verified_share']:.1%}" in card
+    cost, each = usd(want["cost_usd"]), usd(want["cost_per_verified_usd"])
+    assert f"- cost: {cost} ({each} per verified sample)" in card
     figures = want["verification"]
     assert (
         f"- samples in the run: {figures['samples']}, verified {figures['verified']}, "
@@ -148,7 +185,7 @@ def test_an_hf_export_has_a_dataset_card_and_its_provenance_in_the_info(real_run
     ) in card
     assert "Synthetic" not in card
     info = json.loads((out / "dataset_info.json").read_text(encoding="utf-8"))
-    assert json.loads(info["description"]) == want
+    assert stamped(json.loads(info["description"])) == want
 
 
 def test_a_simulated_run_says_so_in_status(simulated_run, real_run):
@@ -192,28 +229,53 @@ def test_a_run_against_draftgen_simulate_is_simulated_in_its_exports(sim_run, tm
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_export_of_a_simulated_run_says_so(simulated_run, tmp_path, fmt):
-    out = export(simulated_run, fmt, tmp_path / ("hf" if fmt == "hf" else "train.out"))
+    directory = EXPORT_FORMATS[fmt].kind == "directory"
+    out = export(simulated_run, fmt, tmp_path / ("data" if directory else "train.out"))
     if fmt == "parquet":
         meta = json.loads(pq.read_schema(out).metadata[b"draftgen"])
-    elif fmt == "hf":
+        rows = pq.read_table(out, columns=["draftgen"]).column("draftgen").to_pylist()
+    elif directory:
         meta = json.loads((out / "README.md").read_text(encoding="utf-8").splitlines()[1][10:])
         assert "**Synthetic data**: the completions were made by the built-in simulator" in (
             (out / "README.md").read_text(encoding="utf-8")
         )
+        rows = saved_rows(out)
     else:
         meta = json.loads((tmp_path / "train.out.meta.json").read_text(encoding="utf-8"))
+        rows = None
     assert (meta["simulated"], meta["simulator"]) == (True, "built-in simulator")
-    assert meta == {
+    assert stamped(meta) == {
         **expected(simulated_run, fmt),
         **({"rows": meta["rows"]} if "rows" in meta else {}),
     }
+    if rows is not None:  # every row of a dataset format says so too
+        assert rows and all(row["simulated"] is True for row in rows)
+        assert {row["settings_digest"] for row in rows} == {meta["settings_digest"]}
+
+
+def saved_rows(out) -> list[dict]:
+    """The ``draftgen`` column of a saved dataset, read from its Arrow files (no formatter: the
+    speculators format records torch, which is not installed here)."""
+    import pyarrow as pa
+
+    state = json.loads((out / "state.json").read_text(encoding="utf-8"))
+    rows = []
+    for data_file in state["_data_files"]:
+        with pa.memory_map(str(out / data_file["filename"])) as source:
+            rows += pa.ipc.open_stream(source).read_all().column("draftgen").to_pylist()
+    return rows
 
 
 def test_the_format_table_is_the_one_list_of_formats():
-    assert FORMATS == tuple(EXPORT_FORMATS) == ("specforge", "specforge-text", "parquet", "hf")
+    assert FORMATS == tuple(EXPORT_FORMATS)
+    assert FORMATS == ("specforge", "specforge-text", "parquet", "hf", "speculators")
     assert formats_help() == (
-        "specforge: pre-tokenized JSONL (default); specforge-text: conversations JSONL; "
-        "parquet: one Parquet file; hf: a datasets.save_to_disk directory"
+        "specforge: pre-tokenized JSONL (default); specforge-text: conversations JSONL "
+        "(re-tokenized by the trainer: other ids); parquet: one Parquet file; hf: a "
+        "datasets.save_to_disk directory; speculators: vLLM speculators' train.py --data-path "
+        "directory (dataset, d2t.npy, t2d.npy)"
     )
     assert {spec.kind for spec in EXPORT_FORMATS.values()} == {"file", "directory"}
-    assert [name for name, spec in EXPORT_FORMATS.items() if spec.kind == "directory"] == ["hf"]
+    directories = [name for name, spec in EXPORT_FORMATS.items() if spec.kind == "directory"]
+    assert directories == ["hf", "speculators"]
+    assert [name for name, spec in EXPORT_FORMATS.items() if spec.caveat] == ["specforge-text"]

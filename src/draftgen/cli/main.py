@@ -185,16 +185,25 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from draftgen.api import RunDir
-    from draftgen.cli.present import say_snapshot
+    from draftgen.api import ExportOptions, RunDir
+    from draftgen.cli.present import export_warnings, format_export, say_snapshot
 
+    options = ExportOptions(
+        include_unverified=args.include_unverified,
+        force=args.force,
+        max_length=args.max_length,
+        draft_vocab_size=args.draft_vocab_size,
+        target_vocab_size=args.vocab_size,
+    )
     with ExportSignals() as signals:
-        written, snapshot = RunDir.open(args.run_dir).export(
-            args.format, args.out, args.include_unverified, args.force
-        )
+        run_dir = RunDir.open(args.run_dir)
+        summary, snapshot = run_dir.write_export(args.format, args.out, options)
         signals.complete = True
         say_snapshot(snapshot, args.run_dir)
-        print(f"wrote {written} rows to {args.out}")
+        for warning in export_warnings(summary, args.max_length):
+            print(f"draftgen: {warning}", file=sys.stderr)
+        tokenizer = run_dir.tokenizer if summary.target_from_tokenizer else None
+        print(format_export(summary, args.out, tokenizer))
     if signals.late is not None:
         _say_error(
             f"draftgen: {signal.Signals(signals.late).name} came once the export was complete: "
@@ -239,7 +248,7 @@ def cmd_vocab(args: argparse.Namespace) -> int:
 
     run_dir = RunDir.open(args.run_dir)
     mapping, paths, size, snapshot = run_dir.vocab(
-        args.size, args.out, args.vocab_size, args.include_unverified
+        args.size, args.out, args.vocab_size, args.include_unverified, args.trainers
     )
     say_snapshot(snapshot, args.run_dir)
     sized = args.vocab_size is not None

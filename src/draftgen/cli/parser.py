@@ -28,6 +28,7 @@ from draftgen.options import (
     renamed_flags,
     setting_named,
     simulator_flags,
+    vocab_trainers,
 )
 from draftgen.redact import described, printable, redact
 
@@ -330,14 +331,36 @@ def _add_export(commands) -> None:
     _add_out(
         export,
         "PATH",
-        "the file to write (a directory for --format hf); an earlier export of this run there "
-        "is replaced, anything else only with --force",
+        "the file to write (a directory for --format hf and speculators); an earlier export of "
+        "this run there is replaced, anything else only with --force",
     )
     _add_include_unverified(export, "also write unverified and truncated samples (verified: false)")
     export.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing --out file even if it is not an earlier export of this run",
+        help="replace an existing --out file even if it is not an earlier export of this run "
+        "(and a speculators directory holding hidden_states/)",
+    )
+    export.add_argument(
+        "--max-length",
+        type=_positive_int,
+        metavar="N",
+        help="the length your trainer cuts rows at: the export says how many rows are longer "
+        "(it always counts those longer than 2048, 4096 and 8192 ids); no row is changed",
+    )
+    export.add_argument(
+        "--draft-vocab-size",
+        type=_positive_int,
+        default=32000,
+        metavar="N",
+        help="--format speculators: draft vocabulary size of d2t.npy / t2d.npy (default 32000)",
+    )
+    export.add_argument(
+        "--vocab-size",
+        type=_positive_int,
+        metavar="N",
+        help="--format speculators: target vocabulary size, the length of t2d.npy (the model "
+        "config's vocab_size; default: the size of the tokenizer the run recorded)",
     )
 
 
@@ -353,7 +376,21 @@ def _add_vocab(commands) -> None:
         metavar="N",
         help="draft vocabulary size (default 32000)",
     )
-    _add_out(vocab, "DIR", "directory for vocab.json, vocab_mapping.npz and vocab_mapping.pt")
+    _add_out(
+        vocab,
+        "DIR",
+        "directory for vocab.json, vocab_mapping.npz and the trainers' files: "
+        "vocab_mapping.pt (SpecForge), d2t.npy and t2d.npy (speculators)",
+    )
+    vocab.add_argument(
+        "--for",
+        dest="trainers",
+        action="append",
+        choices=vocab_trainers(),
+        metavar="TRAINER",
+        help="write this trainer's vocabulary files only: specforge (vocab_mapping.pt) or "
+        "speculators (d2t.npy, t2d.npy); repeat it for both (the default)",
+    )
     vocab.add_argument(
         "--vocab-size",
         type=_positive_int,

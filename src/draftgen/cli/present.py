@@ -29,8 +29,16 @@ def format_merge(summary) -> str:
 
 def format_vocab(mapping, paths: list[Path], size: int, tokenizer: str | None, sized: bool) -> str:
     """``RunDir.vocab``'s result; ``sized``: the target vocabulary size was given."""
+    lines = _vocab_lines(mapping, size, None if sized else tokenizer)
+    lines.append("wrote " + ", ".join(str(path) for path in paths))
+    return "\n".join(lines)
+
+
+def _vocab_lines(mapping, size: int, tokenizer: str | None) -> list[str]:
+    """The draft vocabulary's coverage; with ``tokenizer``, the target size taken from it first
+    (the model's own vocab_size may be larger)."""
     lines = []
-    if not sized:
+    if tokenizer is not None:
         lines.append(
             f"target vocabulary: {size} ids (the tokenizer {tokenizer}); pass "
             "--vocab-size if the model's config.json says otherwise"
@@ -39,8 +47,41 @@ def format_vocab(mapping, paths: list[Path], size: int, tokenizer: str | None, s
         f"draft vocabulary of {len(mapping.used_ids)} ids covers {mapping.coverage:.2%} of "
         f"{mapping.supervised_tokens} generated tokens in {mapping.samples} samples"
     )
-    lines.append("wrote " + ", ".join(str(path) for path in paths))
+    return lines
+
+
+def format_export(summary, out: Path, tokenizer: str | None) -> str:
+    """``RunDir.write_export``'s result: the rows written, and the speculators format's draft
+    vocabulary (``tokenizer``: the run's, when the target size was taken from it)."""
+    lines = []
+    if summary.vocab is not None:
+        lines += _vocab_lines(summary.vocab, summary.target_vocab_size, tokenizer)
+    beside = f" (with {', '.join(path.name for path in summary.files)})" if summary.files else ""
+    lines.append(f"wrote {summary.rows} rows to {out}{beside}")
     return "\n".join(lines)
+
+
+def export_warnings(summary, max_length: int | None) -> list[str]:
+    """What a trainer would change in the export: rows longer than the trainers' windows (when
+    any is, or ``--max-length`` was given) and the format's own caveat."""
+    warnings = []
+    lengths = summary.lengths
+    common = lengths.common if lengths is not None else ()
+    if lengths is not None and (lengths.over[common[0]] or max_length):
+        limits = " / ".join(map(str, common))
+        counts = " / ".join(str(lengths.over[limit]) for limit in common)
+        text = (
+            f"rows longer than {limits} ids: {counts} of {lengths.rows} (the longest has "
+            f"{lengths.longest} ids)"
+        )
+        if max_length:
+            text += f"; longer than --max-length {max_length}: {lengths.over[max_length]}"
+        if lengths.over[common[0]]:
+            text += f". {lengths.trainers}"
+        warnings.append(text)
+    if summary.caveat:
+        warnings.append(summary.caveat)
+    return warnings
 
 
 def say_snapshot(snapshot, run_dir: Path) -> None:

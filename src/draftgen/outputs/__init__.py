@@ -1,3 +1,6 @@
 """Outputs: what a run gives its users. Training files (``export``), the vocabulary a drafter
 needs (``vocab``) and the HTML report (``report``).
 """
+
+# The trainers whose own files draftgen writes (``export --format``, ``vocab --for``).
+VOCAB_TRAINERS = ("specforge", "speculators")

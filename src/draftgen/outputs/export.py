@@ -2,13 +2,15 @@
 
 ``specforge`` is SpecForge's pre-tokenized JSONL (its ``data.prompts_path``): one object per
 generated turn with ``input_ids`` and a ``loss_mask`` that is 1 exactly on the generated ids.
-``parquet`` and ``hf`` hold the same rows plus ``seq_len`` (what vLLM speculators reads through
-``datasets``); ``specforge-text`` is SpecForge's conversations JSONL, re-tokenized by its text path.
+``speculators`` is the directory vLLM speculators' ``train.py --data-path`` reads, as its
+``prepare_data.py`` writes it (a torch-format ``save_to_disk`` dataset and the draft vocabulary).
+``parquet`` and ``hf`` hold the same rows plus ``seq_len`` for ``datasets``; ``specforge-text`` is
+SpecForge's conversations JSONL, re-tokenized by its text path (to other ids: ``TEXT_CAVEAT``).
 
 ``EXPORT_FORMATS`` is the one table of formats (the CLI's choices and help read it): adding one is
 adding an entry. Every export carries its provenance (``draftgen.outputs.provenance``): in the
-Parquet schema metadata, a ``<out>.meta.json`` sidecar beside a JSONL file, and the ``hf``
-dataset's card; the rows themselves are the formats' own, unchanged.
+Parquet schema metadata, a ``<out>.meta.json`` sidecar beside a JSONL file, and the directory
+formats' dataset card; the dataset formats give each row a ``draftgen`` column trainers ignore.
 
 numpy, pyarrow and the model profiles are imported by the functions that use them: the CLI imports
 this module (for ``FORMATS``) whatever the command.
@@ -16,16 +18,17 @@ this module (for ``FORMATS``) whatever the command.
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import logging
 import os
 import shutil
 import signal
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -35,9 +38,14 @@ from draftgen.outputs.provenance import (
     dataset_card,
     metadata_bytes,
     provenance,
+    row_provenance,
     sidecar_path,
 )
+from draftgen.outputs.stop_signals import STOP_SIGNALS
 from draftgen.store.database import Store
+
+if TYPE_CHECKING:
+    from draftgen.outputs.vocab import VocabMapping
 
 _log = logging.getLogger("draftgen.export")
 PARQUET_BATCH_ROWS = 1024
@@ -48,8 +56,62 @@ JSONL_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 WRITE_BUFFER_BYTES = 1 << 20
 
 
+# Row lengths the export counts rows beyond: SpecForge's data.max_length default (2048), and the
+# windows trainers are commonly run with (speculators' --total-seq-len default is 8192).
+LENGTH_LIMITS = (2048, 4096, 8192)
+DRAFT_VOCAB_SIZE = 32000  # SpecForge's default draft vocabulary, the speculators export's too
+# speculators' prepare_data.py shuffles its rows with --seed (default 0) before it saves them, and
+# train.py holds out the dataset's last rows for validation: the export shuffles alike.
+SPECULATORS_SHUFFLE_SEED = 0
+# What the trainers do with rows longer than their window, as their code does it (SpecForge
+# a6b6b02's prompt_builder; speculators c05b95b's MultipackDistributedBatchSamplerV2 and CollateFn).
+LONG_ROWS = (
+    "SpecForge cuts every row at data.max_length (default 2048) without a word, so the end of "
+    "those answers is never trained on; speculators' train.py truncates rows longer than "
+    "--total-seq-len (default 8192) to it, with a warning"
+)
+
+
 class ExportError(DraftgenError, ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export is asked for besides its format and path."""
+
+    include_unverified: bool = False
+    force: bool = False  # replace what is at --out even if it is not an earlier export of this run
+    max_length: int | None = None  # a trainer's length the user names: rows beyond it counted
+    # The speculators format's vocabulary: draft ids, and the target's (None: the tokenizer's).
+    draft_vocab_size: int = DRAFT_VOCAB_SIZE
+    target_vocab_size: int | None = None
+
+
+@dataclass(frozen=True)
+class RowLengths:
+    """The exported rows' lengths in ids, against the trainers' common limits."""
+
+    rows: int
+    longest: int
+    over: dict[int, int]  # limit -> rows longer than it, for LENGTH_LIMITS and --max-length
+    common: tuple[int, ...] = LENGTH_LIMITS
+    trainers: str = LONG_ROWS  # what the trainers do with longer rows
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote, and what a trainer would change in it."""
+
+    rows: int
+    lengths: RowLengths | None = None
+    # The speculators format: the draft vocabulary written beside the rows, and the target
+    # vocabulary size it maps (taken from the run's tokenizer unless given).
+    vocab: VocabMapping | None = None
+    target_vocab_size: int | None = None
+    target_from_tokenizer: bool = False
+    caveat: str | None = None  # what to say at every export in this format (EXPORT_FORMATS)
+    files: tuple[Path, ...] = ()  # what a directory export holds besides its rows
 
 
 def export(
@@ -60,6 +122,13 @@ def export(
     An existing file at ``out`` is replaced only if it is an earlier export of this run
     (``is_export_of``) or ``force`` is given.
     """
+    return write_export(store, fmt, out, ExportOptions(include_unverified, force)).rows
+
+
+def write_export(store: Store, fmt: str, out: Path, options: ExportOptions) -> ExportSummary:
+    """``export`` with every option, and what it wrote: the rows, their lengths against the
+    trainers' limits and, for ``speculators``, the draft vocabulary."""
+    include_unverified, force = options.include_unverified, options.force
     if fmt not in EXPORT_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     spec = EXPORT_FORMATS[fmt]
@@ -81,7 +150,7 @@ def export(
         raise ExportError(f"cannot create the directory of --out {out} ({exc.strerror})") from None
     meta = provenance(store, fmt, include_unverified)
     with STOP_SIGNALS:
-        written = spec.write(store, out, include_unverified, meta)
+        summary = spec.write(store, out, options, meta)
         late = STOP_SIGNALS.after_swap
     if late is not None:
         _log.warning(
@@ -90,62 +159,26 @@ def export(
             signal.Signals(late).name,
             out,
         )
-    return written
+    summary.lengths = row_lengths(store, include_unverified, options.max_length)
+    summary.caveat = spec.caveat
+    return summary
 
 
-class StopSignals:
-    """SIGTERM and SIGHUP during an export raise ``KeyboardInterrupt`` as Ctrl-C does, so the
-    cleanup that removes the ``.partial`` file and the ``.draftgen-hf-*`` work directory runs
-    for them too (their default would end the process on the spot, leaving both behind).
-
-    Any of the three during ``swap`` (the renames that put a finished export in place) or after
-    it is noted, not raised: a previous export is never left half replaced, and an export in
-    place is complete, so the command reports it and succeeds (``after_swap`` names the
-    signal). Handlers are set only in the main thread (Python's rule) and put back on the way
-    out.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self) -> None:
-        self._saved: dict[int, object] = {}
-        self._swapping = False
-        self._swapped = False
-        self.after_swap: int | None = None  # a signal that came during or after the swap
-
-    def __enter__(self) -> StopSignals:
-        self._swapped = False
-        self.after_swap = None
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._saved[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
-        self._saved.clear()
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        if self._swapping or self._swapped:
-            self.after_swap = signum
-            return
-        raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def swap(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield  # signals are handled in the main thread: nothing to hold off here
-            return
-        self._swapping = True
-        try:
-            yield
-            self._swapped = True  # the export is in place: what is left is tidying up
-        finally:
-            self._swapping = False
-
-
-STOP_SIGNALS = StopSignals()
+def row_lengths(store: Store, include_unverified: bool, max_length: int | None) -> RowLengths:
+    """How many of the rows an export holds are longer than each of ``LENGTH_LIMITS`` (and
+    ``max_length``): from the stored ids' sizes, without reading the ids."""
+    limits = sorted({*LENGTH_LIMITS, *([max_length] if max_length else [])})
+    itemsize = array("i").itemsize  # the samples' ids are stored as array("i") bytes
+    sql = (
+        "SELECT count(*), coalesce(max(n), 0)"
+        + "".join(f", coalesce(sum(n > {int(limit)}), 0)" for limit in limits)
+        + f" FROM (SELECT length(s.input_ids) / {itemsize} AS n FROM samples s"
+        " JOIN completions c ON c.key = s.key"
+        + ("" if include_unverified else " WHERE s.verified = 1 AND s.truncated = 0")
+        + ")"
+    )
+    rows, longest, *over = store.db.execute(sql).fetchone()
+    return RowLengths(rows, longest, dict(zip(limits, over, strict=True)))
 
 
 def specforge_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
@@ -197,6 +230,24 @@ def _arrow():
     return pyarrow, pyarrow.parquet
 
 
+def row_provenance_type():
+    """The ``draftgen`` column's type (``provenance.row_provenance``)."""
+    pa, _ = _arrow()
+    return pa.struct(
+        [
+            ("id", pa.string()),
+            ("verified", pa.bool_()),
+            ("verify_reason", pa.string()),
+            ("finish_reason", pa.string()),
+            ("provider", pa.string()),
+            ("generation_id", pa.string()),
+            ("id_source", pa.string()),
+            ("settings_digest", pa.string()),
+            ("simulated", pa.bool_()),
+        ]
+    )
+
+
 def parquet_schema():
     pa, _ = _arrow()
     return pa.schema(
@@ -213,32 +264,51 @@ def parquet_schema():
             ("provider", pa.string()),
             ("generation_id", pa.string()),
             ("id_source", pa.string()),
+            (METADATA_KEY, row_provenance_type()),
+        ]
+    )
+
+
+def speculators_schema():
+    """The columns and types speculators' ``prepare_data.py`` saves (its rows are ``torch.long``
+    tensors, which ``datasets`` stores as int64 lists; ``seq_len`` an int), and the
+    ``draftgen`` column, which its loaders never read."""
+    pa, _ = _arrow()
+    return pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int64())),
+            ("loss_mask", pa.list_(pa.int64())),
+            ("seq_len", pa.int64()),
+            (METADATA_KEY, row_provenance_type()),
         ]
     )
 
 
 def write_parquet(store: Store, path: Path, include_unverified: bool, meta: dict) -> int:
-    """One Parquet file, written a batch at a time so memory holds one batch, not the run;
-    ``meta`` (the provenance) in its schema metadata under ``draftgen``."""
+    """The ``parquet`` format's file (``write_parquet_rows`` of ``parquet_rows``)."""
+    rows = parquet_rows(store, include_unverified, meta)
+    return write_parquet_rows(path, rows, parquet_schema(), meta)
+
+
+def write_parquet_rows(path: Path, records: Iterator[dict], schema, meta: dict) -> int:
+    """One Parquet file of ``records`` in ``schema``, written a batch at a time so memory holds
+    one batch, not the run; ``meta`` (the provenance) in its schema metadata under
+    ``draftgen``."""
     _, pq = _arrow()
-    schema = parquet_schema().with_metadata({METADATA_KEY: metadata_bytes(meta)})
+    schema = schema.with_metadata({METADATA_KEY: metadata_bytes(meta)})
     written = 0
     with pq.ParquetWriter(str(path), schema) as writer:
-        batch: list[dict] = []
-        for record in parquet_rows(store, include_unverified):
-            batch.append(record)
-            if len(batch) >= PARQUET_BATCH_ROWS:
-                writer.write_table(arrow_table(batch, schema))
-                written += len(batch)
-                batch = []
-        if batch or not written:  # an empty export is still a readable file with the schema
+        while batch := list(itertools.islice(records, PARQUET_BATCH_ROWS)):
             writer.write_table(arrow_table(batch, schema))
             written += len(batch)
+        if not written:  # an empty export is still a readable file with the schema
+            writer.write_table(arrow_table([], schema))
     return written
 
 
-def parquet_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
-    """SpecForge records with ``seq_len``, their ids and mask numpy arrays."""
+def parquet_rows(store: Store, include_unverified: bool, meta: dict) -> Iterator[dict]:
+    """SpecForge records with ``seq_len`` and the ``draftgen`` column, their ids and mask numpy
+    arrays."""
     import numpy
 
     for row in store.export_samples(include_unverified):
@@ -246,10 +316,28 @@ def parquet_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
         mask = numpy.frombuffer(loss_mask(row["prompt_len"], len(ids)), dtype=numpy.int8)
         record = specforge_row(row, ids, mask)
         record["seq_len"] = len(ids)
+        record[METADATA_KEY] = row_provenance(row, meta)
         yield record
 
 
-def arrow_table(records: list[dict], schema):
+def speculators_rows(store: Store, include_unverified: bool, meta: dict, counts) -> Iterator[dict]:
+    """speculators' rows (``input_ids``, ``loss_mask``, ``seq_len``) and the ``draftgen``
+    column; each row's generated ids counted into ``counts`` (a ``SupervisedCounts``) as it
+    goes, so the vocabulary is that of the rows written."""
+    import numpy
+
+    for row in store.export_samples(include_unverified):
+        ids = numpy.asarray(row["input_ids"])
+        counts.add(ids, row["prompt_len"])
+        yield {
+            "input_ids": ids,
+            "loss_mask": numpy.frombuffer(loss_mask(row["prompt_len"], len(ids)), numpy.int8),
+            "seq_len": len(ids),
+            METADATA_KEY: row_provenance(row, meta),
+        }
+
+
+def arrow_table(records: Sequence[dict], schema):
     """``records`` as a table of ``schema``: a list column is its records' arrays joined into
     one, not built from a Python int for each element (``Table.from_pylist``)."""
     import numpy
@@ -268,32 +356,147 @@ def arrow_table(records: list[dict], schema):
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def write_hf_dataset(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
+HF_COLUMNS = (
+    "Each row is one generated turn, pre-tokenized: `input_ids` (the prompt as the chat "
+    "template renders it, then the ids generated), `loss_mask` (1 exactly on the generated ids) "
+    "and `seq_len`, with `verified` and `verify_reason` saying whether the ids were proven to be "
+    "the ones the model generated, and `draftgen`: the row's provenance (settings digest, "
+    "provider, generation id, verification reason, simulated or not)."
+)
+SPECULATORS_COLUMNS = (
+    "Each row is one generated turn, pre-tokenized as vLLM speculators' `prepare_data.py` "
+    "writes it (torch format, int64): `input_ids` (the prompt as the chat template renders it, "
+    "then the ids generated), `loss_mask` (1 exactly on the generated ids) and `seq_len`; "
+    "`draftgen` is the row's provenance (settings digest, provider, generation id, verification "
+    "reason, simulated or not), which speculators' loaders do not read. The rows are in a fixed "
+    f"shuffled order (seed {SPECULATORS_SHUFFLE_SEED}), as `prepare_data.py` shuffles them: "
+    "`train.py` holds out the last rows for validation. `d2t.npy` and `t2d.npy` are the draft "
+    "vocabulary, `token_freq.pt` the generated tokens' frequencies."
+)
+
+
+def write_hf_dataset(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
     """A ``datasets.save_to_disk`` directory with its card (README.md: what the data is, how it
     was made, ``meta``), swapped into place only once it is complete."""
+    usage = [
+        "```python",
+        "import datasets",
+        f'rows = datasets.load_from_disk("{out.name}")',
+        "```",
+    ]
+
+    def finish(staged: Path, written: int) -> None:
+        card = dataset_card(meta, written, HF_COLUMNS, usage)
+        (staged / "README.md").write_text(card, encoding="utf-8")
+
+    rows = parquet_rows(store, options.include_unverified, meta)
+    written = _save_dataset(out, rows, parquet_schema(), meta, options, finish)
+    return ExportSummary(written)
+
+
+def write_speculators(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
+    """vLLM speculators' data directory: the dataset its ``prepare_data.py`` saves (torch
+    format, recorded in ``state.json`` as ``set_format("torch")`` records it, without torch
+    here), its ``token_freq.pt``, and ``d2t.npy`` / ``t2d.npy`` that its ``train.py`` loads
+    from ``--data-path``; with a card (README.md)."""
+    from draftgen.outputs import vocab
+
+    target = options.target_vocab_size or vocab.target_vocab_size(store)
+    vocab.check_sizes(options.draft_vocab_size, target, "--draft-vocab-size")
+    counts = vocab.SupervisedCounts()
+    summary = ExportSummary(
+        0, target_vocab_size=target, target_from_tokenizer=options.target_vocab_size is None
+    )
+    usage = [
+        "```bash",
+        f"python scripts/train.py --data-path {out.name} --verifier-name-or-path "
+        f"{meta['model'] or 'MODEL'} ...",
+        "```",
+        "",
+        f"`d2t.npy` maps {options.draft_vocab_size} draft ids into the target vocabulary of "
+        f"{target} ids (`t2d.npy`): give `train.py` no `--draft-vocab-size`, or this one.",
+    ]
+
+    def finish(staged: Path, written: int) -> None:
+        summary.vocab = vocab.build_mapping(
+            counts.frequencies(), options.draft_vocab_size, target, counts.samples
+        )
+        record_torch_format(staged)
+        written_files = vocab.write_speculators_mapping(staged, summary.vocab)
+        vocab.write_token_frequencies(staged / vocab.TOKEN_FREQ_NAME, summary.vocab.frequencies)
+        summary.files = (*written_files, staged / vocab.TOKEN_FREQ_NAME)
+        card = dataset_card(meta, written, SPECULATORS_COLUMNS, usage)
+        (staged / "README.md").write_text(card, encoding="utf-8")
+
+    rows = speculators_rows(store, options.include_unverified, meta, counts)
+    summary.rows = _save_dataset(
+        out, rows, speculators_schema(), meta, options, finish, SPECULATORS_SHUFFLE_SEED
+    )
+    summary.files = tuple(out / path.name for path in summary.files)
+    return summary
+
+
+def record_torch_format(dataset_dir: Path) -> None:
+    """Record the torch format in a saved dataset's ``state.json`` as ``set_format("torch")``
+    does (``_format_type``; no columns, kwargs or other columns), so ``load_from_disk`` gives
+    tensors; ``set_format`` itself would need torch installed."""
+    path = dataset_dir / "state.json"
+    state = orjson.loads(path.read_bytes())
+    state.update(
+        _format_type="torch", _format_kwargs={}, _format_columns=None, _output_all_columns=False
+    )
+    path.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+
+
+def _save_dataset(
+    out: Path,
+    records: Iterator[dict],
+    schema,
+    meta: dict,
+    options: ExportOptions,
+    finish: Callable[[Path, int], None],
+    shuffle_seed: int | None = None,
+) -> int:
+    """``records`` as a ``datasets.save_to_disk`` directory, ``finish(directory, rows)`` adding
+    its other files, swapped into place at ``out`` only once it is complete."""
     try:
         import datasets
     except ImportError:
         raise ExportError(
-            "the hf format needs the datasets package; install it with pip install datasets"
+            f"the {meta['format']} format needs the datasets package; install it with pip "
+            "install datasets"
         ) from None
     datasets.disable_progress_bars()
     if out.exists() and not _is_saved_dataset(out):
         raise ExportError(
             f"{out} exists and is not a saved dataset; choose a new --out or remove it first"
         )
+    if (out / "hidden_states").is_dir() and not options.force:
+        raise ExportError(
+            f"{out} holds hidden_states/ (speculators' hidden states of its rows), which "
+            "replacing it would delete; choose a new --out, or pass --force to replace it"
+        )
     work = Path(tempfile.mkdtemp(prefix=".draftgen-hf-", dir=out.parent))
     try:
         parquet = work / "rows.parquet"
-        written = write_parquet(store, parquet, include_unverified, meta)
-        # cache_dir inside the work directory: nothing is left in ~/.cache afterwards.
-        dataset = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(work / "cache"))
+        written = write_parquet_rows(parquet, records, schema, meta)
+        if written:
+            # cache_dir inside the work directory: nothing is left in ~/.cache afterwards.
+            dataset = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(work / "cache"))
+        else:  # datasets' Parquet reader refuses a file without rows (a batch size of 0)
+            features = datasets.Features.from_arrow_schema(schema)
+            dataset = datasets.Dataset.from_dict({name: [] for name in schema.names}, features)
+        if shuffle_seed is not None:
+            dataset = dataset.shuffle(
+                seed=shuffle_seed, indices_cache_file_name=str(work / "shuffled.arrow")
+            )
         # datasets keeps no schema metadata of its own: the provenance goes in its info too.
         dataset.info.description = metadata_bytes({**meta, "rows": written}).decode()
         staged = work / "dataset"
-        dataset.save_to_disk(str(staged))
+        # One shard at least: datasets saves none for no rows, and cannot load that back.
+        dataset.save_to_disk(str(staged), num_shards=None if written else 1)
         del dataset
-        (staged / "README.md").write_text(dataset_card(meta, written), encoding="utf-8")
+        finish(staged, written)
         old = work / "previous"
         with STOP_SIGNALS.swap():
             if out.exists():
@@ -406,31 +609,45 @@ def _fsync(path: Path) -> None:
 # -- the formats ----------------------------------------------------------------------------------
 
 
-def _specforge(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
-    rows = specforge_rows(store, include_unverified)
-    return _atomic_file(out, lambda path: _write_jsonl(rows, path), meta)
+def _specforge(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
+    rows = specforge_rows(store, options.include_unverified)
+    return ExportSummary(_atomic_file(out, lambda path: _write_jsonl(rows, path), meta))
 
 
-def _specforge_text(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
-    rows = specforge_text_rows(store, include_unverified)
-    return _atomic_file(out, lambda path: _write_jsonl(rows, path), meta)
+def _specforge_text(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
+    rows = specforge_text_rows(store, options.include_unverified)
+    return ExportSummary(_atomic_file(out, lambda path: _write_jsonl(rows, path), meta))
 
 
-def _parquet(store: Store, out: Path, include_unverified: bool, meta: dict) -> int:
+def _parquet(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
     # The provenance is in the file: no sidecar.
-    return _atomic_file(out, lambda path: write_parquet(store, path, include_unverified, meta))
+    write = lambda path: write_parquet(store, path, options.include_unverified, meta)  # noqa: E731
+    return ExportSummary(_atomic_file(out, write))
+
+
+# What SpecForge's text path did to draftgen's specforge-text rows (REFERENCE: SpecForge a6b6b02,
+# its preprocess_conversations and template registry): said at every such export.
+TEXT_CAVEAT = (
+    "specforge-text holds text, not ids: a trainer that re-tokenizes it does not reproduce the "
+    "ids draftgen verified. SpecForge's text path (a6b6b02) gave other ids in 47 of 47 rows: it "
+    "adds its default system prompt, drops Kimi's reasoning from the supervised span, supervises "
+    "Qwen's \\n after <|im_end|> and strips leading newlines. Export --format specforge "
+    "(data.prompts_path) or speculators to train on the exact ids"
+)
 
 
 @dataclass(frozen=True)
 class ExportFormat:
-    """One export format: what it writes and how, and its line of ``--format`` help."""
+    """One export format: what it writes and how, its line of ``--format`` help, and what to
+    say at every export in it (``caveat``)."""
 
     name: str
     kind: str  # "file" or "directory" (what --out names)
     example: str  # the file name suggested when --out is a directory and a file is wanted
-    # (store, out, include_unverified, provenance) -> rows written, atomically
-    write: Callable[[Store, Path, bool, dict], int]
+    # (store, out, options, provenance) -> what was written, atomically
+    write: Callable[[Store, Path, ExportOptions, dict], ExportSummary]
     help: str
+    caveat: str | None = None
 
 
 EXPORT_FORMATS: dict[str, ExportFormat] = {
@@ -438,10 +655,22 @@ EXPORT_FORMATS: dict[str, ExportFormat] = {
     for spec in (
         ExportFormat("specforge", "file", "train.jsonl", _specforge, "pre-tokenized JSONL"),
         ExportFormat(
-            "specforge-text", "file", "train.jsonl", _specforge_text, "conversations JSONL"
+            "specforge-text",
+            "file",
+            "train.jsonl",
+            _specforge_text,
+            "conversations JSONL (re-tokenized by the trainer: other ids)",
+            TEXT_CAVEAT,
         ),
         ExportFormat("parquet", "file", "train.parquet", _parquet, "one Parquet file"),
         ExportFormat("hf", "directory", "", write_hf_dataset, "a datasets.save_to_disk directory"),
+        ExportFormat(
+            "speculators",
+            "directory",
+            "",
+            write_speculators,
+            "vLLM speculators' train.py --data-path directory (dataset, d2t.npy, t2d.npy)",
+        ),
     )
 }
 FORMATS: tuple[str, ...] = tuple(EXPORT_FORMATS)  # the names, for choices
