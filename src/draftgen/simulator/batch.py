@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -18,7 +19,9 @@ from aiohttp import web
 
 from draftgen.simulator import wire
 from draftgen.simulator.config import BATCH_FAULTS
-from draftgen.simulator.exchange import Host
+from draftgen.simulator.exchange import ChatRequest, Host, RequestProblem, Served
+from draftgen.simulator.exchange import close_connection as _close
+from draftgen.simulator.exchange import seeded_rng as _rng
 
 OPENROUTER_PREFIXES = ("/api/v1", "/api/beta")  # GA and beta roots of /batches
 OPENAI_PREFIX = "/v1"  # /v1/files and /v1/batches, as OpenAI lays them out
@@ -159,39 +162,9 @@ class BatchSimulator:
         problem = self._routing_problem(body)
         if problem:
             return problem
-        requests = body.get("requests")
-        if not isinstance(requests, list) or not requests:
-            return _error(400, "requests must be a non-empty array", "invalid_request")
-        if len(requests) > MAX_REQUESTS["openrouter"]:
-            return _error(
-                400,
-                f"a batch holds at most {MAX_REQUESTS['openrouter']} requests, not {len(requests)}",
-                "invalid_request",
-            )
-        rows: list[BatchRow] = []
-        seen: set[str] = set()
-        for index, item in enumerate(requests):
-            if not isinstance(item, dict) or not isinstance(item.get("body"), dict):
-                return _error(400, f"requests[{index}] needs custom_id and body", "invalid_request")
-            custom_id = item.get("custom_id")
-            if not isinstance(custom_id, str) or not custom_id:
-                return _error(422, f"requests[{index}].custom_id must be a string", "invalid")
-            if len(custom_id) > MAX_CUSTOM_ID:
-                return _error(
-                    422, f"custom_id {custom_id!r} is longer than {MAX_CUSTOM_ID}", "invalid"
-                )
-            if custom_id in seen:
-                return _error(422, f"Duplicate custom_id '{custom_id}' in requests", "invalid")
-            seen.add(custom_id)
-            model = item["body"].get("model")
-            if model is not None and model != body["model"]:
-                return _error(
-                    400,
-                    f"requests[{index}].body.model {model!r} must equal the batch model "
-                    f"{body['model']!r}",
-                    "invalid_request",
-                )
-            rows.append(BatchRow(custom_id, item["body"]))
+        rows = _openrouter_rows(body)
+        if isinstance(rows, web.Response):
+            return rows
         provider = self._provider(body.get("provider"))
         if provider is None:
             message = "No endpoints found matching your provider preferences"
@@ -428,26 +401,11 @@ class BatchSimulator:
         batch.times["validating"] = batch.created_at
         if model:
             self.sim.models_seen.setdefault(model.removesuffix(":batch"), None)
-        faults = self.config.batch_faults
         if invalid is not None:
             batch.invalid, batch.invalid_line = invalid
         else:
             batch.invalid, batch.invalid_line = self._bad_line(rows)
-        if batch.invalid is None and rng.random() < faults.get("batch_failed", 0.0):
-            line = rng.randrange(len(rows))
-            batch.invalid = f"Request {rows[line].custom_id}: invalid request body"
-            batch.invalid_line = line + 1
-        if rng.random() < faults.get("expire", 0.0):
-            batch.expire_share = rng.uniform(0.2, 0.8)
-        row_error = faults.get("row_error", 0.0)
-        for row in rows:
-            if row_error and rng.random() < row_error:
-                row.error = {
-                    "type": "server_error",
-                    "message": "Upstream provider error",
-                    "param": None,
-                    "error_type": "provider_unavailable",
-                }
+        self._draw_faults(batch, rng)
         self.batches[batch.id] = batch
         self.sim.stats["batches"] += 1
         self._write_log(
@@ -464,6 +422,25 @@ class BatchSimulator:
             }
         )
         return batch
+
+    def _draw_faults(self, batch: SimBatch, rng: random.Random) -> None:
+        """The batch faults this batch meets: failing validation, expiring, rows that fail."""
+        faults, rows = self.config.batch_faults, batch.rows
+        if batch.invalid is None and rng.random() < faults.get("batch_failed", 0.0):
+            line = rng.randrange(len(rows))
+            batch.invalid = f"Request {rows[line].custom_id}: invalid request body"
+            batch.invalid_line = line + 1
+        if rng.random() < faults.get("expire", 0.0):
+            batch.expire_share = rng.uniform(0.2, 0.8)
+        row_error = faults.get("row_error", 0.0)
+        for row in rows:
+            if row_error and rng.random() < row_error:
+                row.error = {
+                    "type": "server_error",
+                    "message": "Upstream provider error",
+                    "param": None,
+                    "error_type": "provider_unavailable",
+                }
 
     def _bad_line(self, rows: list[BatchRow]) -> tuple[str | None, int | None]:
         """One line the provider refuses after the 202 fails the whole batch."""
@@ -526,24 +503,10 @@ class BatchSimulator:
 
     def _produce(self, batch: SimBatch, row: BatchRow) -> None:
         """Finish one row: an error, or a completion by the live model billed at batch price."""
-        from draftgen.simulator.exchange import RequestProblem
-        from draftgen.simulator.exchange import seeded_rng as _rng
-
         request_id = f"req_{self.sim_rng('request', batch.id, row.custom_id).getrandbits(64):016x}"
         row_id = f"batch_req_{self.sim_rng('row', batch.id, row.custom_id).getrandbits(64):016x}"
         if row.error is not None:
-            row.result = {"id": row_id, "custom_id": row.custom_id, "response": None}
-            row.result["error"] = row.error
-            if batch.dialect == "openai-files":  # OpenAI puts the failed response in the row
-                row.result["response"] = {
-                    "status_code": 500,
-                    "request_id": request_id,
-                    "body": {"error": {"message": row.error["message"], "type": "server_error"}},
-                }
-                row.result["error"] = None
-            batch.failed += 1
-            batch.results.append(row.result)
-            self.sim.stats["batch_row_errors"] += 1
+            self._fail_row(batch, row, row_id, request_id)
             return
         body = {**row.body, "model": row.body.get("model") or batch.model.removesuffix(":batch")}
         body.pop("stream", None)
@@ -555,6 +518,41 @@ class BatchSimulator:
             batch.failed += 1
             batch.results.append(row.result)
             return
+        served, completion, cost = self._complete_row(batch, req)
+        self.sim.record(
+            served, req, {"custom_id": row.custom_id, "batch_id": batch.id, "batch": True}
+        )
+        row.result = {
+            "id": row_id,
+            "custom_id": row.custom_id,
+            "response": {"status_code": 200, "request_id": request_id, "body": completion},
+            "error": None,
+        }
+        batch.results.append(row.result)
+        batch.completed += 1
+        batch.cost += cost
+        batch.usage["prompt_tokens"] += len(req.prompt.ids)
+        batch.usage["completion_tokens"] += len(served.output.ids)
+        self.sim.stats["batch_rows"] += 1
+
+    def _fail_row(self, batch: SimBatch, row: BatchRow, row_id: str, request_id: str) -> None:
+        """Finish a row drawn to fail (``row_error``) with the error in the dialect's shape."""
+        row.result = {"id": row_id, "custom_id": row.custom_id, "response": None}
+        row.result["error"] = row.error
+        if batch.dialect == "openai-files":  # OpenAI puts the failed response in the row
+            row.result["response"] = {
+                "status_code": 500,
+                "request_id": request_id,
+                "body": {"error": {"message": row.error["message"], "type": "server_error"}},
+            }
+            row.result["error"] = None
+        batch.failed += 1
+        batch.results.append(row.result)
+        self.sim.stats["batch_row_errors"] += 1
+
+    def _complete_row(self, batch: SimBatch, req: ChatRequest) -> tuple[Served, dict, float]:
+        """The row's completion served by the batch's provider: (served, the body the results
+        hold, its cost at the batch price)."""
         req.quirks = self.sim.draw_quirks(req)
         self.sim.serve_with(req, batch.provider)
         rng = _rng(self.config.seed, req.prompt.sha256, req.attempt, "generation_id", "batch")
@@ -581,21 +579,7 @@ class BatchSimulator:
         )
         self.sim._add_ids(completion, req, served)
         served.usage = {**served.usage, "cost": cost}  # the truth keeps what was charged
-        self.sim.record(
-            served, req, {"custom_id": row.custom_id, "batch_id": batch.id, "batch": True}
-        )
-        row.result = {
-            "id": row_id,
-            "custom_id": row.custom_id,
-            "response": {"status_code": 200, "request_id": request_id, "body": completion},
-            "error": None,
-        }
-        batch.results.append(row.result)
-        batch.completed += 1
-        batch.cost += cost
-        batch.usage["prompt_tokens"] += len(req.prompt.ids)
-        batch.usage["completion_tokens"] += len(served.output.ids)
-        self.sim.stats["batch_rows"] += 1
+        return served, completion, cost
 
     def _end(self, batch: SimBatch, status: str) -> None:
         batch.status = status
@@ -866,9 +850,7 @@ class BatchSimulator:
 
     # -- faults, randomness, the log -----------------------------------------------------------
 
-    def sim_rng(self, *parts: object):
-        from draftgen.simulator.exchange import seeded_rng as _rng
-
+    def sim_rng(self, *parts: object) -> random.Random:
         return _rng(self.config.seed, "batch", *parts)
 
     def _create_fault(self) -> str | None:
@@ -941,6 +923,42 @@ def _int(text: str | None, default: int | None, low: int, high: int | None) -> i
     return min(high, value) if high is not None else value
 
 
+def _openrouter_rows(body: dict) -> list[BatchRow] | web.Response:
+    """The rows of an inline batch, or the answer refusing the first that cannot be one."""
+    requests = body.get("requests")
+    if not isinstance(requests, list) or not requests:
+        return _error(400, "requests must be a non-empty array", "invalid_request")
+    if len(requests) > MAX_REQUESTS["openrouter"]:
+        return _error(
+            400,
+            f"a batch holds at most {MAX_REQUESTS['openrouter']} requests, not {len(requests)}",
+            "invalid_request",
+        )
+    rows: list[BatchRow] = []
+    seen: set[str] = set()
+    for index, item in enumerate(requests):
+        if not isinstance(item, dict) or not isinstance(item.get("body"), dict):
+            return _error(400, f"requests[{index}] needs custom_id and body", "invalid_request")
+        custom_id = item.get("custom_id")
+        if not isinstance(custom_id, str) or not custom_id:
+            return _error(422, f"requests[{index}].custom_id must be a string", "invalid")
+        if len(custom_id) > MAX_CUSTOM_ID:
+            return _error(422, f"custom_id {custom_id!r} is longer than {MAX_CUSTOM_ID}", "invalid")
+        if custom_id in seen:
+            return _error(422, f"Duplicate custom_id '{custom_id}' in requests", "invalid")
+        seen.add(custom_id)
+        model = item["body"].get("model")
+        if model is not None and model != body["model"]:
+            return _error(
+                400,
+                f"requests[{index}].body.model {model!r} must equal the batch model "
+                f"{body['model']!r}",
+                "invalid_request",
+            )
+        rows.append(BatchRow(custom_id, item["body"]))
+    return rows
+
+
 def _error(status: int, message: str, error_type: str) -> web.Response:
     return web.Response(
         status=status,
@@ -956,12 +974,6 @@ def _openai_error(status: int, message: str) -> web.Response:
 
 def _dumps(value: object) -> str:
     return orjson.dumps(value).decode()
-
-
-def _close(request: web.Request) -> None:
-    transport = request.transport
-    if transport is not None:
-        transport.close()
 
 
 __all__ = ["BATCH_FAULTS", "BatchSimulator", "SimBatch", "body_digest"]

@@ -324,18 +324,7 @@ class SimConfig:
             raise SimConfigError(
                 "the simulator needs a tokenizer: give --tokenizer (e.g. fixture:kimi-k2.5)"
             )
-        for kind, rates, known in (
-            ("fault", self.faults, FAULTS),
-            ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS + REQUEST_QUIRKS),
-            ("batch fault", self.batch_faults, BATCH_FAULTS),
-        ):
-            for name, rate in rates.items():
-                if name not in known:
-                    raise SimConfigError(
-                        f"unknown simulator {kind} {name!r}: use one of {', '.join(known)}"
-                    )
-                if not 0.0 <= float(rate) <= 1.0:
-                    raise SimConfigError(f"{kind} {name!r} probability {rate} is not within 0..1")
+        self._validate_rates()
         if self.min_tokens < 1 or self.max_tokens < self.min_tokens:
             raise SimConfigError(
                 f"token range {self.min_tokens}..{self.max_tokens} is empty: need "
@@ -348,18 +337,7 @@ class SimConfig:
         for name in ("tool_call_rate", "compact_tool_arguments"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise SimConfigError(f"{name} {getattr(self, name)} is not within 0..1")
-        self.hostile = tuple(self.hostile)
-        for kind in self.hostile:
-            if kind not in HOSTILE:
-                raise SimConfigError(
-                    f"unknown hostile answer {kind!r}: use one of {', '.join(HOSTILE)}"
-                )
-        if not 0.0 <= self.hostile_share <= 1.0:
-            raise SimConfigError(f"hostile_share {self.hostile_share} is not within 0..1")
-        if self.hostile_bytes < 1 or self.trickle_rate <= 0 or self.keepalive_seconds <= 0:
-            raise SimConfigError(
-                "hostile_bytes, trickle_rate and keepalive_seconds must be above 0"
-            )
+        self._validate_hostile()
         if self.chunk_tokens < 1:
             raise SimConfigError("chunk_tokens must be at least 1")
         delays = (self.retry_after, self.latency, self.slow_provider, self.chunk_delay)
@@ -372,6 +350,38 @@ class SimConfig:
             self.truth_path = Path(self.truth_path)
         if self.batch_log_path is not None:
             self.batch_log_path = Path(self.batch_log_path)
+        self._validate_batch_timeline()
+
+    def _validate_rates(self) -> None:
+        """Every fault, quirk and batch fault known, and its probability within 0..1."""
+        for kind, rates, known in (
+            ("fault", self.faults, FAULTS),
+            ("quirk", self.quirks, QUIRKS + TOOL_CALL_QUIRKS + REQUEST_QUIRKS),
+            ("batch fault", self.batch_faults, BATCH_FAULTS),
+        ):
+            for name, rate in rates.items():
+                if name not in known:
+                    raise SimConfigError(
+                        f"unknown simulator {kind} {name!r}: use one of {', '.join(known)}"
+                    )
+                if not 0.0 <= float(rate) <= 1.0:
+                    raise SimConfigError(f"{kind} {name!r} probability {rate} is not within 0..1")
+
+    def _validate_hostile(self) -> None:
+        self.hostile = tuple(self.hostile)
+        for kind in self.hostile:
+            if kind not in HOSTILE:
+                raise SimConfigError(
+                    f"unknown hostile answer {kind!r}: use one of {', '.join(HOSTILE)}"
+                )
+        if not 0.0 <= self.hostile_share <= 1.0:
+            raise SimConfigError(f"hostile_share {self.hostile_share} is not within 0..1")
+        if self.hostile_bytes < 1 or self.trickle_rate <= 0 or self.keepalive_seconds <= 0:
+            raise SimConfigError(
+                "hostile_bytes, trickle_rate and keepalive_seconds must be above 0"
+            )
+
+    def _validate_batch_timeline(self) -> None:
         timeline = (
             self.batch_visible_after,
             self.batch_validate_seconds,

@@ -2,8 +2,8 @@
 seeded randomness that makes a run repeatable, cutting a connection short, and ``Host``: what the
 batch and ``/generate`` routes use of the simulator they are mounted on.
 
-``Host`` is why those routes need not import ``server`` (which mounts them): the server depends
-on its routes, never the reverse.
+``Host`` is why those routes need not import ``simulation`` (which mounts them): the simulator
+depends on its routes, never the reverse.
 """
 
 from __future__ import annotations

@@ -219,14 +219,36 @@ def generate(
     rng: random.Random,
     max_tokens: int | None,
 ) -> ModelOutput:
-    profile = table.profile
-    tokenizer = table.tokenizer
-    tool_turn = plan.tool_call is not None
     quirks: list[str] = []
+    reasoning, answer = _compose_texts(table, layout, plan, rng, quirks)
+    sections = _turn_sections(table, layout, plan, reasoning, answer, quirks)
 
-    has_reasoning = layout != DISABLED
+    drifted_at: int | None = None
+    if plan.drift:
+        drifted_at = _apply_drift(table, sections, rng)
+
+    total = sum(len(s.ids) for s in sections)
+    finish_reason = "stop"
+    if max_tokens is not None and max_tokens < total:
+        finish_reason = "length"
+        sections = _truncate(sections, max_tokens)
+    if drifted_at is not None and drifted_at < sum(len(s.ids) for s in sections):
+        quirks.insert(0, "drift")
+    if finish_reason == "stop" and plan.tool_call is not None:
+        finish_reason = "tool_calls"
+
+    for s in sections:
+        s.pieces = table.texts(s.ids)
+    return ModelOutput(sections, finish_reason, quirks, layout)
+
+
+def _compose_texts(
+    table: TokenTable, layout: str, plan: Plan, rng: random.Random, quirks: list[str]
+) -> tuple[str, str]:
+    """The reasoning and the answer the model writes, before any markup frames them."""
+    profile = table.profile
     reasoning_target = 0
-    if has_reasoning and not plan.empty_reasoning:
+    if layout != DISABLED and not plan.empty_reasoning:
         reasoning_target = max(1, round(plan.total_tokens * plan.reasoning_share))
     content_target = max(1, plan.total_tokens - reasoning_target - 3)
 
@@ -242,22 +264,21 @@ def generate(
         answer = rng.choice(("\n", " ", "\n\n")) + answer + "\n"
     if layout in (OPEN, FORCED):
         answer = profile.answer_lead + answer  # Qwen3 writes "<think>\nR\n</think>\n\nA"
+    return reasoning, answer
 
+
+def _turn_sections(
+    table: TokenTable, layout: str, plan: Plan, reasoning: str, answer: str, quirks: list[str]
+) -> list[Section]:
+    """The turn's ids section by section: think block, content, tool call, end of turn."""
+    profile = table.profile
+    tokenizer = table.tokenizer
+    tool_turn = plan.tool_call is not None
+    has_reasoning = layout != DISABLED
     # Everything the family writes around the texts comes from its profile: think_lead and
     # think_start when the model opens the block, its whitespace around the reasoning, and what
     # frames the content (harmony's final or commentary channel header).
-    markup = ""
-    if plan.tool_call is not None:
-        call = {
-            "id": plan.tool_call["id"],
-            "function": {"name": plan.tool_call["name"], "arguments": plan.tool_call["arguments"]},
-        }
-        markup = profile.tool_call_markups([call], answer)[0].text
-        lead = markup[: len(markup) - len(markup.lstrip())]
-        if lead and answer:
-            # The model writes "text.\n" as the canonical tokens (BPE joins punctuation and the
-            # newline); a parser hands that lead back with the content ("\n" before <tool_call>).
-            answer, markup = answer + lead, markup[len(lead) :]
+    answer, markup = _tool_call_markup(profile, plan, answer)
     head, tail = profile.content_frame(answer, tool_turn)
     sections: list[Section] = []
     if has_reasoning:
@@ -283,24 +304,24 @@ def generate(
     sections.append(Section("eot", encode(tokenizer, profile.turn_end(tool_turn, answer))))
     if profile.segmented is not None:
         sections = _segmented_sections(profile, tokenizer, has_reasoning, plan, reasoning, answer)
+    return sections
 
-    drifted_at: int | None = None
-    if plan.drift:
-        drifted_at = _apply_drift(table, sections, rng)
 
-    total = sum(len(s.ids) for s in sections)
-    finish_reason = "stop"
-    if max_tokens is not None and max_tokens < total:
-        finish_reason = "length"
-        sections = _truncate(sections, max_tokens)
-    if drifted_at is not None and drifted_at < sum(len(s.ids) for s in sections):
-        quirks.insert(0, "drift")
-    if finish_reason == "stop" and plan.tool_call is not None:
-        finish_reason = "tool_calls"
-
-    for s in sections:
-        s.pieces = table.texts(s.ids)
-    return ModelOutput(sections, finish_reason, quirks, layout)
+def _tool_call_markup(profile: ModelProfile, plan: Plan, answer: str) -> tuple[str, str]:
+    """The answer and the markup of the model's tool call ("" without one)."""
+    if plan.tool_call is None:
+        return answer, ""
+    call = {
+        "id": plan.tool_call["id"],
+        "function": {"name": plan.tool_call["name"], "arguments": plan.tool_call["arguments"]},
+    }
+    markup = profile.tool_call_markups([call], answer)[0].text
+    lead = markup[: len(markup) - len(markup.lstrip())]
+    if lead and answer:
+        # The model writes "text.\n" as the canonical tokens (BPE joins punctuation and the
+        # newline); a parser hands that lead back with the content ("\n" before <tool_call>).
+        answer, markup = answer + lead, markup[len(lead) :]
+    return answer, markup
 
 
 def _segmented_sections(
