@@ -105,7 +105,16 @@ def test_a_debug_run_never_logs_the_api_key(tmp_path, monkeypatch, capsys):
     assert FAKE_KEY not in err
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     attempts = [r for r in records if r["logger"] == "draftgen.client"]
-    assert sum("completion in" in r["message"] for r in attempts) == 6
+    # Six rows, and the calibration questions that were answered (logged as any answer is).
+    from draftgen.store.database import Store
+
+    with Store(tmp_path / "out", create=False) as store:
+        answered = sum(
+            row["generation_id"] is not None
+            for questions in store.calibrations().values()
+            for row in questions.values()
+        )
+    assert sum("completion in" in r["message"] for r in attempts) == 6 + answered
     assert any("failed" in r["message"] for r in attempts)  # the faults were logged too
     assert all(r["level"] == "debug" and r["attempt"] >= 1 for r in attempts)
 

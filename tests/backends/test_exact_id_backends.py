@@ -354,8 +354,10 @@ def test_server_ids_are_exported_and_the_text_path_is_graded(
             assert check == "agrees", (record["quirks"], check)
             agree += 1
         else:
-            assert check != "agrees", record["quirks"]
-            disagree += 1
+            # Not provable from text; the reading the count picks may still be the ids
+            # (a gateway's compact dump of a one-key call is the model's compact spelling).
+            disagree += check != "agrees"
+            agree += check == "agrees"
     assert agree > 10 and disagree > 3 and tool_calls > 3
     exactness = summary.counts["exactness"]
     assert exactness["id_sources"] == {"server": {"samples": len(rows), "verified": len(rows)}}

@@ -25,7 +25,7 @@ from draftgen.api import RunDir
 from draftgen.records import Completion
 from draftgen.run.pipeline import RunError, RunOptions, run
 from draftgen.simulator import SimConfig, SimulatorThread
-from draftgen.store import database
+from draftgen.store import database, writer
 from draftgen.store.database import (
     INSERT_COMPLETION,
     INSERT_ENDPOINT_EVENT,
@@ -344,7 +344,7 @@ def store_warnings(caplog) -> list[str]:
 def test_a_disk_full_for_a_while_holds_the_writes_and_stores_each_once(
     tmp_path, sim, monkeypatch, caplog
 ):
-    monkeypatch.setattr(database, "RETRY_FIRST_DELAY", 0.01)
+    monkeypatch.setattr(writer, "RETRY_FIRST_DELAY", 0.01)
     refused = RefusedWrites(monkeypatch, calls=range(3, 9))  # six refusals in a row
     caplog.set_level(logging.WARNING, "draftgen.store")
     run_options = options(tmp_path, sim, concurrency=8)
@@ -366,7 +366,7 @@ def test_a_disk_full_for_a_while_holds_the_writes_and_stores_each_once(
 def test_a_disk_full_past_patience_keeps_the_writes_in_a_side_file_the_resume_imports(
     tmp_path, sim, monkeypatch
 ):
-    monkeypatch.setattr(database, "STORE_PATIENCE", 1.0)
+    monkeypatch.setattr(writer, "STORE_PATIENCE", 1.0)
     refused = RefusedWrites(monkeypatch, full_from=4)
     run_options = options(tmp_path, sim)
     db = run_options.out / "draftgen.sqlite"
@@ -390,7 +390,7 @@ def test_a_disk_full_past_patience_keeps_the_writes_in_a_side_file_the_resume_im
 def test_a_write_that_cannot_be_kept_anywhere_names_its_completions(
     tmp_path, sim, monkeypatch, caplog
 ):
-    monkeypatch.setattr(database, "STORE_PATIENCE", 0.0)
+    monkeypatch.setattr(writer, "STORE_PATIENCE", 0.0)
     RefusedWrites(monkeypatch, calls={3})
 
     def no_space(writer, batch):

@@ -11,7 +11,7 @@ import pytest
 
 from draftgen.records import Completion
 from draftgen.run.pipeline import RunError, RunOptions, run
-from draftgen.store import database
+from draftgen.store import database, writer
 from draftgen.store.database import CompletionWriter, Store, StoreError
 
 TOKENIZER = "fixture:kimi-k2.5"
@@ -77,7 +77,7 @@ def test_a_run_whose_write_fails_stops_with_the_error_and_keeps_earlier_rows(tmp
             completion.usage = {**completion.usage, "prompt_tokens": 2**63}
         return statements_of(key, source_id, turn, request, completion, *rest)
 
-    monkeypatch.setattr(database, "completion_statements", third_one_overflows)
+    monkeypatch.setattr(writer, "completion_statements", third_one_overflows)
     options = RunOptions(
         inputs=[str(rows)],
         model="test/model",

@@ -24,28 +24,16 @@ The parts are mixins, not objects the front holds: every ``store.method()`` of t
 tests stays as it was, the parts share the one connection (``self.db``) with nothing passed
 around, and no layer of forwarding methods is added. A part imports only parts below it and
 reaches another's methods only through ``self`` (``counts`` reads every part's figures). Every
-name that lived here is importable from here as before, and a name set here (a test's
-``monkeypatch.setattr(database, "STORE_PATIENCE", 0.0)``) is set in the parts that read it.
+name that lived here is importable from here as before; a setting to change (a test's shorter
+patience) is changed in the part that reads it (``writer.STORE_PATIENCE``).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import sys
-import types
 from pathlib import Path
 
-from draftgen.store import (
-    completions,
-    identity,
-    merge_tables,
-    providers,
-    samples,
-    schema,
-    settings,
-    tallies,
-    writer,
-)
+from draftgen.store import writer
 from draftgen.store.completions import (
     SAME_AS,
     CompletionsMixin,
@@ -233,9 +221,8 @@ class Store(
         still the one at its path, and it holds a write the disk refuses for up to ``patience``
         seconds (``STORE_PATIENCE``) before keeping it in a side file."""
         self.identity.check(self.db)
-        return CompletionWriter(
-            self.path, self.identity, STORE_PATIENCE if patience is None else patience
-        )
+        default = writer.STORE_PATIENCE  # read now: a test shortens it
+        return CompletionWriter(self.path, self.identity, default if patience is None else patience)
 
     def close(self) -> None:
         self.db.close()
@@ -249,34 +236,3 @@ class Store(
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_PARTS = (
-    schema,
-    identity,
-    settings,
-    completions,
-    writer,
-    samples,
-    providers,
-    tallies,
-    merge_tables,
-)
-_UNSET = object()
-
-
-class _Front(types.ModuleType):
-    """This module, but a name set on it is set too in each part that holds the same value: the
-    parts read their own globals, as the code read this module's when it lived here."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        old = self.__dict__.get(name, _UNSET)
-        super().__setattr__(name, value)
-        if old is _UNSET or name.startswith("__"):
-            return
-        for part in _PARTS:
-            if part.__dict__.get(name, _UNSET) is old:
-                setattr(part, name, value)
-
-
-sys.modules[__name__].__class__ = _Front

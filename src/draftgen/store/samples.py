@@ -17,11 +17,12 @@ from pathlib import Path
 import orjson
 
 from draftgen.records import StoredCompletion, TokenSample
+from draftgen.store import writer
 from draftgen.store.completions import _stored_completion
 from draftgen.store.identity import StoreError
 from draftgen.store.providers import provider_figures
 from draftgen.store.schema import INSERT_SAMPLE, SELECT_COMPLETIONS
-from draftgen.store.writer import STORE_PATIENCE, _transaction, write_patiently
+from draftgen.store.writer import _transaction, write_patiently
 
 
 class SamplesMixin:
@@ -44,7 +45,7 @@ class SamplesMixin:
         try:
             write_patiently(
                 lambda: _transaction(self.db, sql, rows),
-                STORE_PATIENCE,
+                writer.STORE_PATIENCE,  # read now: a test shortens it
                 lambda: f"{len(rows)} samples",
                 self.run_dir,
             )
