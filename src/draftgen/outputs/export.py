@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from draftgen.errors import DraftgenError
+from draftgen.outputs import DRAFT_VOCAB_SIZE
 from draftgen.outputs.provenance import (
     METADATA_KEY,
     dataset_card,
@@ -59,7 +60,6 @@ WRITE_BUFFER_BYTES = 1 << 20
 # Row lengths the export counts rows beyond: SpecForge's data.max_length default (2048), and the
 # windows trainers are commonly run with (speculators' --total-seq-len default is 8192).
 LENGTH_LIMITS = (2048, 4096, 8192)
-DRAFT_VOCAB_SIZE = 32000  # SpecForge's default draft vocabulary, the speculators export's too
 # speculators' prepare_data.py shuffles its rows with --seed (default 0) before it saves them, and
 # train.py holds out the dataset's last rows for validation: the export shuffles alike.
 SPECULATORS_SHUFFLE_SEED = 0

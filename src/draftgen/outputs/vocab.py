@@ -32,7 +32,6 @@ TORCH_NAME = "vocab_mapping.pt"  # SpecForge's model.vocab_mapping_path
 D2T_NAME = "d2t.npy"  # vLLM speculators: train.py loads DATA_PATH/d2t.npy and t2d.npy
 T2D_NAME = "t2d.npy"
 TOKEN_FREQ_NAME = "token_freq.pt"  # speculators' prepare_data.py: {target id: count}
-SPECFORGE_DRAFT_VOCAB = 32000
 TRAINERS = VOCAB_TRAINERS  # whose files ``write_mapping`` writes; both by default
 
 
