@@ -10,14 +10,85 @@ run settings (``--config``, ``--ray``, ``estimate --json``) are declared in ``CO
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftgen.errors import DraftgenError
-from draftgen.redact import NUMBER, described
+from draftgen.options.checks import (
+    KEYS_GO_IN_THE_ENVIRONMENT as KEYS_GO_IN_THE_ENVIRONMENT,
+)
+from draftgen.options.checks import (
+    NON_NEGATIVE as NON_NEGATIVE,
+)
+from draftgen.options.checks import (
+    POSITIVE as POSITIVE,
+)
+from draftgen.options.checks import (
+    SHARE as SHARE,
+)
+from draftgen.options.checks import (
+    TEMPERATURE as TEMPERATURE,
+)
+from draftgen.options.checks import (
+    UNIT as UNIT,
+)
+from draftgen.options.checks import (
+    Check as Check,
+)
+from draftgen.options.checks import (
+    OptionError as OptionError,
+)
+from draftgen.options.checks import (
+    _env_name as _env_name,
+)
+from draftgen.options.checks import (
+    _json_object as _json_object,
+)
+from draftgen.options.checks import (
+    _kind_of as _kind_of,
+)
+from draftgen.options.checks import (
+    _shard as _shard,
+)
+from draftgen.options.checks import (
+    checked_text as checked_text,
+)
+from draftgen.options.registries import (
+    backend_names as backend_names,
+)
+from draftgen.options.registries import (
+    batch_dialects as batch_dialects,
+)
+from draftgen.options.registries import (
+    config_tables as config_tables,
+)
+from draftgen.options.registries import (
+    export_formats as export_formats,
+)
+from draftgen.options.registries import (
+    input_formats as input_formats,
+)
+from draftgen.options.registries import (
+    profile_names as profile_names,
+)
+from draftgen.options.registries import (
+    reasoning_efforts as reasoning_efforts,
+)
+from draftgen.options.registries import (
+    simulator_dialects as simulator_dialects,
+)
+from draftgen.options.registries import (
+    simulator_flags as simulator_flags,
+)
+from draftgen.options.registries import (
+    simulator_hostile_kinds as simulator_hostile_kinds,
+)
+from draftgen.options.registries import (
+    simulator_value as simulator_value,
+    vocab_trainers as vocab_trainers,
+)
+from draftgen.redact import described
 
 if TYPE_CHECKING:
     from draftgen.generate.endpoints import EndpointSpec, HealthPolicy
@@ -45,10 +116,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-class OptionError(DraftgenError, ValueError):
-    """A setting whose value a run cannot take; the message is the CLI's sentence for it."""
-
-
 # The groups of ``--help``, in its order: (name, title).
 GROUPS = {
     "input": "input: the prompts, their tokenizer and the settings file",
@@ -64,11 +131,6 @@ GROUPS = {
 RUN_COMMANDS = ("run", "estimate")  # the commands that take the run settings
 # The run settings ``providers --probe`` also takes: what its runs send, and where.
 PROBE_COMMANDS = (*RUN_COMMANDS, "providers")
-KEYS_GO_IN_THE_ENVIRONMENT = (
-    "API keys are never taken on the command line, where other users can read them in the "
-    "process list: export the key in an environment variable and name that variable with "
-    "--api-key-env (default OPENROUTER_API_KEY)"
-)
 OPENROUTER_URL = "https://openrouter.ai/api/v1"
 NO_ENDPOINT = (
     f"no endpoint given: pass --base-url {OPENROUTER_URL} (the key in the environment variable "
@@ -79,139 +141,6 @@ SIMULATE_AND_ENDPOINT = (
     "--simulate answers with the built-in simulator's synthetic data and --base-url (or "
     "[[backend.endpoints]]) names a real endpoint; drop one of them"
 )
-
-
-# -- the registries the choices come from, read when a parser or a check needs them -------------
-
-
-def profile_names() -> list[str]:
-    """Every profile and alias, then ``generic`` (the layout derived from the chat template)."""
-    from draftgen.profiles import PROFILE_NAMES
-
-    return list(PROFILE_NAMES)
-
-
-def backend_names() -> tuple[str, ...]:
-    from draftgen.backends import BACKEND_NAMES
-
-    return BACKEND_NAMES
-
-
-def reasoning_efforts() -> tuple[str, ...]:
-    from draftgen.backends.openrouter import REASONING_EFFORTS
-
-    return REASONING_EFFORTS
-
-
-def input_formats() -> tuple[str, ...]:
-    from draftgen.inputs.ingest import INPUT_FORMATS
-
-    return INPUT_FORMATS
-
-
-def batch_dialects() -> tuple[str, ...]:
-    from draftgen.generate.batch.dialects import DIALECT_NAMES
-
-    return DIALECT_NAMES
-
-
-def export_formats() -> tuple[str, ...]:
-    from draftgen.outputs.export import FORMATS
-
-    return FORMATS
-
-
-def vocab_trainers() -> tuple[str, ...]:
-    """The trainers ``draftgen vocab --for`` writes files for."""
-    from draftgen.outputs import VOCAB_TRAINERS
-
-    return VOCAB_TRAINERS
-
-
-def simulator_dialects() -> tuple[str, ...]:
-    from draftgen.simulator.config import DIALECTS
-
-    return DIALECTS
-
-
-def simulator_flags() -> list:
-    """The simulator's own declarations of ``draftgen simulate``'s settings
-    (``draftgen.simulator.config.simulator_flags``)."""
-    from draftgen.simulator.config import simulator_flags as flags
-
-    return flags()
-
-
-def simulator_value(flag, value: object) -> object:
-    """A ``simulate`` flag's (or ``[simulate]`` key's) value as its setting's."""
-    from draftgen.simulator.config import given_value
-
-    return given_value(flag, value)
-
-
-def simulator_hostile_kinds() -> tuple[str, ...]:
-    from draftgen.simulator.config import HOSTILE
-
-    return HOSTILE
-
-
-def config_tables() -> dict:
-    """The draftgen.toml tables the backends own (``[openrouter]``), by name."""
-    from draftgen.backends import config_tables as tables
-
-    return tables()
-
-
-# -- checks of a value: the same sentence for a flag, a TOML key and a Python caller -------------
-
-
-@dataclass(frozen=True)
-class Check:
-    """What a value must be (``ok``) and what is said of one that is not (``phrase``)."""
-
-    ok: Callable[[Any], bool]
-    phrase: str  # follows the value: "0 is not a positive integer"
-
-
-POSITIVE = Check(lambda v: v >= 1, "is not a positive integer")
-NON_NEGATIVE = Check(lambda v: v >= 0, "is not a whole number of 0 or more")
-TEMPERATURE = Check(lambda v: 0 <= v <= 2, "is not within 0..2 (OpenRouter's range)")
-UNIT = Check(lambda v: 0 < v <= 1, "is not within 0 < P <= 1")
-SHARE = Check(lambda v: 0 <= v <= 1, "is not a share within 0..1")
-
-
-def _env_name(text: str) -> str:
-    """``--api-key-env``: a variable's name. A key given here instead is refused unshown."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
-        raise OptionError(
-            "this takes the name of an environment variable (like OPENROUTER_API_KEY), and what "
-            f"was given is not one (not shown: it may be a key); {KEYS_GO_IN_THE_ENVIRONMENT}"
-        )
-    return text
-
-
-def _shard(text: str) -> Shard:
-    from draftgen.inputs.shard import ShardError, parse_shard
-
-    try:
-        return parse_shard(text)
-    except ShardError as exc:
-        raise OptionError(str(exc)) from None
-
-
-def _json_object(text: str) -> dict:
-    """``--chat-template-kwargs``: a JSON object of template variables."""
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise OptionError(
-            "is not valid JSON; give an object such as '{\"enable_thinking\": false}'"
-        ) from None
-    if not isinstance(value, dict):
-        raise OptionError("must be a JSON object of template variables")
-    return value
 
 
 # -- the declaration ----------------------------------------------------------------------------
@@ -322,42 +251,6 @@ class Setting:
             return None
         shown = "" if value is None else f" {described(value)}"
         return f"{self.spelled} must be {expected}, not {_kind_of(value)}{shown}"
-
-
-def checked_text(text: str, kind: type, check: Check) -> int | float:
-    """``text`` as an int or float that passes ``check``; OptionError with the CLI's sentence."""
-    if kind is int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise OptionError(f"{_number(text)} {check.phrase}") from None
-        if not check.ok(value):
-            raise OptionError(f"{_number(text)} {check.phrase}")
-        return value
-    try:
-        number = float(text)
-    except ValueError:
-        raise OptionError(f"{described(text)} is not a number") from None
-    if not check.ok(number):
-        raise OptionError(f"{text} {check.phrase}")
-    return number
-
-
-def _number(text: str) -> str:
-    """A flag's value in its error: a number as written, anything else ``described``."""
-    return text if NUMBER.fullmatch(text) else described(text)
-
-
-def _kind_of(value: object) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a table",
-        type(None): "nothing",
-    }.get(type(value), f"a {type(value).__name__}")
 
 
 SETTING = "draftgen_setting"  # the key of a field's metadata that holds its Setting

@@ -1,0 +1,115 @@
+"""What a setting's value must be: the checks and parsers a flag, a TOML key and a Python caller
+share, each failing with the CLI's one sentence (``OptionError``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from draftgen.errors import DraftgenError
+from draftgen.redact import NUMBER, described
+
+if TYPE_CHECKING:
+    from draftgen.inputs.shard import Shard
+
+
+class OptionError(DraftgenError, ValueError):
+    """A setting whose value a run cannot take; the message is the CLI's sentence for it."""
+
+
+KEYS_GO_IN_THE_ENVIRONMENT = (
+    "API keys are never taken on the command line, where other users can read them in the "
+    "process list: export the key in an environment variable and name that variable with "
+    "--api-key-env (default OPENROUTER_API_KEY)"
+)
+
+
+# -- checks of a value: the same sentence for a flag, a TOML key and a Python caller -------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a value must be (``ok``) and what is said of one that is not (``phrase``)."""
+
+    ok: Callable[[Any], bool]
+    phrase: str  # follows the value: "0 is not a positive integer"
+
+
+POSITIVE = Check(lambda v: v >= 1, "is not a positive integer")
+NON_NEGATIVE = Check(lambda v: v >= 0, "is not a whole number of 0 or more")
+TEMPERATURE = Check(lambda v: 0 <= v <= 2, "is not within 0..2 (OpenRouter's range)")
+UNIT = Check(lambda v: 0 < v <= 1, "is not within 0 < P <= 1")
+SHARE = Check(lambda v: 0 <= v <= 1, "is not a share within 0..1")
+
+
+def _env_name(text: str) -> str:
+    """``--api-key-env``: a variable's name. A key given here instead is refused unshown."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise OptionError(
+            "this takes the name of an environment variable (like OPENROUTER_API_KEY), and what "
+            f"was given is not one (not shown: it may be a key); {KEYS_GO_IN_THE_ENVIRONMENT}"
+        )
+    return text
+
+
+def _shard(text: str) -> Shard:
+    from draftgen.inputs.shard import ShardError, parse_shard
+
+    try:
+        return parse_shard(text)
+    except ShardError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def _json_object(text: str) -> dict:
+    """``--chat-template-kwargs``: a JSON object of template variables."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise OptionError(
+            "is not valid JSON; give an object such as '{\"enable_thinking\": false}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise OptionError("must be a JSON object of template variables")
+    return value
+
+
+def checked_text(text: str, kind: type, check: Check) -> int | float:
+    """``text`` as an int or float that passes ``check``; OptionError with the CLI's sentence."""
+    if kind is int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise OptionError(f"{_number(text)} {check.phrase}") from None
+        if not check.ok(value):
+            raise OptionError(f"{_number(text)} {check.phrase}")
+        return value
+    try:
+        number = float(text)
+    except ValueError:
+        raise OptionError(f"{described(text)} is not a number") from None
+    if not check.ok(number):
+        raise OptionError(f"{text} {check.phrase}")
+    return number
+
+
+def _number(text: str) -> str:
+    """A flag's value in its error: a number as written, anything else ``described``."""
+    return text if NUMBER.fullmatch(text) else described(text)
+
+
+def _kind_of(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+        type(None): "nothing",
+    }.get(type(value), f"a {type(value).__name__}")
