@@ -17,7 +17,7 @@ import orjson
 
 from draftgen.backends.base import ApiError, parse_completion
 from draftgen.generate.batch import steps
-from draftgen.generate.batch.dialects import BatchInfo, ResultRow, RowError
+from draftgen.generate.batch.dialects import BatchInfo, ResultPage, ResultRow, RowError
 from draftgen.generate.batch.submit import BatchTarget
 from draftgen.records import Completion
 from draftgen.store.batch_ledger import (
@@ -60,6 +60,21 @@ class IngestReport:
     sentence: str | None = None  # why the whole batch failed
 
 
+@dataclass
+class _Ingestion:
+    """What one ``ingest`` reads and fills: the batch's rows by custom_id, those already settled
+    (``done``), each key's earlier attempt errors, and the report."""
+
+    target: BatchTarget
+    ledger: Ledger
+    intent: Intent
+    rows: dict[str, RowRecord]
+    done: set[str]
+    earlier: dict[str, list[dict]]
+    report: IngestReport
+    on_stored: Callable[[str, Completion], None] | None
+
+
 async def ingest(
     target: BatchTarget,
     ledger: Ledger,
@@ -73,6 +88,7 @@ async def ingest(
     earlier = ledger.earlier_errors(sorted({r.key for r in rows.values()}))
     report = IngestReport()
     done = {cid for cid, r in rows.items() if r.outcome is not None}
+    state = _Ingestion(target, ledger, intent, rows, done, earlier, report, on_stored)
     if info.status == "failed":
         reason = info.error or "the API gave no reason"
         report.sentence = (
@@ -80,39 +96,7 @@ async def ingest(
         )
         _log.warning(report.sentence)
     elif intent.results_cursor != RESULTS_READ:  # else every page is stored already
-        cursor = intent.results_cursor or None
-        while True:
-            page = await target.dialect.results(target.http, info, cursor)
-            chunks = [
-                page.rows[i : i + CHUNK_ROWS] for i in range(0, len(page.rows), CHUNK_ROWS)
-            ] or [[]]
-            for number, chunk in enumerate(chunks):
-                statements: list = []
-                stored: list[tuple[str, Completion]] = []
-                for result in chunk:
-                    record = rows.get(result.custom_id)
-                    if record is None:
-                        report.foreign += 1
-                        continue
-                    if result.custom_id in done:
-                        continue  # stored before a crash: this page is being read again
-                    done.add(result.custom_id)
-                    statements += _row_statements(
-                        target, intent, record, result, earlier, report, stored
-                    )
-                last = number == len(chunks) - 1
-                if last:
-                    statements.append(cursor_statement(intent.nonce, page.next_cursor))
-                if statements:
-                    await ledger.writer.write(statements)
-                for key, completion in stored:
-                    report.stored += 1
-                    if on_stored is not None:
-                        on_stored(key, completion)
-                steps.reached("after_page" if last else "mid_page")
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
+        await _store_pages(state, info)
     if report.foreign:
         _log.warning(
             "batch %s returned %d rows whose custom_id is not one of intent %s's; they were "
@@ -122,31 +106,84 @@ async def ingest(
             intent.nonce,
         )
     steps.reached("before_finish")
+    await _settle_unanswered(state, info)
+    return report
+
+
+async def _store_pages(state: _Ingestion, info: BatchInfo) -> None:
+    """Read the batch's result pages from the intent's cursor on, storing each page in chunks of
+    ``CHUNK_ROWS`` rows, the page's last chunk with the cursor of the next page."""
+    cursor = state.intent.results_cursor or None
+    while True:
+        page = await state.target.dialect.results(state.target.http, info, cursor)
+        rows = page.rows
+        # An empty page is one empty chunk: its cursor is committed all the same.
+        chunks = [rows[i : i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)] or [[]]
+        for number, chunk in enumerate(chunks):
+            last = number == len(chunks) - 1
+            await _store_chunk(state, chunk, page, last)
+            steps.reached("after_page" if last else "mid_page")
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+
+
+async def _store_chunk(
+    state: _Ingestion, chunk: list[ResultRow], page: ResultPage, last: bool
+) -> None:
+    """Commit one chunk of ``page``'s rows in one transaction (with the next page's cursor when
+    it is the page's ``last``), then count what it stored and hand each one to ``on_stored``."""
+    statements: list = []
+    stored: list[tuple[str, Completion]] = []
+    for result in chunk:
+        record = state.rows.get(result.custom_id)
+        if record is None:
+            state.report.foreign += 1
+            continue
+        if result.custom_id in state.done:
+            continue  # stored before a crash: this page is being read again
+        state.done.add(result.custom_id)
+        statements += _row_statements(
+            state.target, state.intent, record, result, state.earlier, state.report, stored
+        )
+    if last:
+        statements.append(cursor_statement(state.intent.nonce, page.next_cursor))
+    if statements:
+        await state.ledger.writer.write(statements)
+    for key, completion in stored:
+        state.report.stored += 1
+        if state.on_stored is not None:
+            state.on_stored(key, completion)
+
+
+async def _settle_unanswered(state: _Ingestion, info: BatchInfo) -> None:
+    """Give every row the batch did not answer its outcome (by the batch's status), record the
+    batch's final status and mark the intent ingested, in one transaction."""
     outcome, kind, message = UNANSWERED.get(
         info.status, ("missing", "batch_row_missing", "the batch returned no result for this row")
     )
     if info.status == "failed":
         message = f"the batch failed: {info.error or 'no reason given'}"
-    error = _error(target, kind, message, None)
-    for cid, record in rows.items():
-        if cid not in done:
-            report.unanswered.append(
+    error = _error(state.target, kind, message, None)
+    for cid, record in state.rows.items():
+        if cid not in state.done:
+            state.report.unanswered.append(
                 Unanswered(record.key, record.source_id, record.turn, outcome, error, True)
             )
-    await ledger.writer.write(
+    nonce = state.intent.nonce
+    await state.ledger.writer.write(
         [
             (
                 "UPDATE batch_rows SET outcome = ?, error = ? WHERE nonce = ? AND outcome IS NULL",
-                (outcome, orjson.dumps(error).decode(), intent.nonce),
+                (outcome, orjson.dumps(error).decode(), nonce),
             ),
-            ledger.status_statement(intent.nonce, info.status, info.counts(), info.cost),
+            state.ledger.status_statement(nonce, info.status, info.counts(), info.cost),
             (
                 "UPDATE batch_intents SET state = 'ingested', error = ? WHERE nonce = ?",
-                (report.sentence, intent.nonce),
+                (state.report.sentence, nonce),
             ),
         ]
     )
-    return report
 
 
 def _row_statements(

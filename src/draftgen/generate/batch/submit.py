@@ -72,6 +72,23 @@ async def submit(
     got no clear answer (reconciled later). A refusal settles the intent (its rows are free
     again) and raises ``CreateRefused``.
     """
+    intent, named = _new_intent(target, rows, worst_cost)
+    await ledger.add_intent(intent, named)
+    files = target.dialect.name == "openai-files"
+    steps.reached("before_upload" if files else "before_create")
+    info = await _create_batch(target, ledger, intent, named)
+    if info is None:
+        return ledger.intent(intent.nonce)
+    steps.reached("after_create")
+    await ledger.record_batch(intent.nonce, info.id, info.status)
+    steps.reached("after_record")
+    return ledger.intent(intent.nonce)
+
+
+def _new_intent(
+    target: BatchTarget, rows: list[PlannedRow], worst_cost: float | None
+) -> tuple[Intent, list[tuple[str, PlannedRow]]]:
+    """A new nonce's intent for ``rows``, and the rows each named by its custom_id."""
     nonce = new_nonce()
     named = [(custom_id(nonce, index), row) for index, row in enumerate(rows)]
     intent = Intent(
@@ -85,9 +102,17 @@ async def submit(
         created_at=time.time(),
         worst_cost=worst_cost,
     )
-    await ledger.add_intent(intent, named)
+    return intent, named
+
+
+async def _create_batch(
+    target: BatchTarget, ledger: Ledger, intent: Intent, named: list[tuple[str, PlannedRow]]
+) -> BatchInfo | None:
+    """Upload (openai-files) and create the intent's batch: its info, or None when the create
+    got no clear answer (noted on the intent). A refusal, or an upload that failed, settles the
+    intent before the error goes on."""
+    nonce = intent.nonce
     files = target.dialect.name == "openai-files"
-    steps.reached("before_upload" if files else "before_create")
 
     async def uploaded(file_id: str) -> None:
         await ledger.record_file(nonce, file_id)
@@ -96,7 +121,7 @@ async def submit(
         steps.reached("before_create")
 
     try:
-        info = await target.dialect.submit(
+        return await target.dialect.submit(
             target.http,
             nonce,
             target.model,
@@ -113,19 +138,15 @@ async def submit(
             "rows is sent again",
             nonce,
             exc,
-            len(rows),
+            len(named),
         )
         await ledger.note(nonce, create_ended=time.time(), create_error=str(exc))
-        return ledger.intent(nonce)
+        return None
     except BatchApiError as exc:
         if files and intent.input_file_id is None:
             # The upload failed, so no create was sent: nothing can exist.
             await ledger.settle_unsent(nonce, "absent", f"upload failed: {exc}")
         raise
-    steps.reached("after_create")
-    await ledger.record_batch(nonce, info.id, info.status)
-    steps.reached("after_record")
-    return ledger.intent(nonce)
 
 
 def _same_model(a: str | None, b: str | None) -> bool:
