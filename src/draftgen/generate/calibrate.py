@@ -162,13 +162,19 @@ class Answer:
     completion_tokens: int | None = None
     detail: str = ""
     generation_id: str | None = None
+    # The failed attempts that were sent again (``AttemptError.as_dict``), counted with the run's
+    # retries.
+    errors: list[dict] = field(default_factory=list)
 
     def row(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        row = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        row["errors"] = orjson.dumps(self.errors).decode() if self.errors else None
+        return row
 
 
-# (body bytes) -> the completion; raises GenerationFailed when no attempt succeeded.
-Send = Callable[[bytes], Awaitable[Completion]]
+# (body bytes) -> (the completion, the failed attempts before it as dicts); raises
+# GenerationFailed when no attempt succeeded.
+Send = Callable[[bytes], Awaitable[tuple[Completion, list[dict]]]]
 
 
 @dataclass
@@ -210,9 +216,9 @@ class Calibrator:
         if question is None:
             return None
         body = self._body(route, question.messages, None, max_tokens=1)
-        completion = await self._send(body, route, RENDERER)
+        completion, errors = await self._send(body, route, RENDERER)
         if completion is None:
-            return self._unsettled(provider or route or "", RENDERER, route)
+            return self._unsettled(provider or route or "", RENDERER, route, errors)
         verdict, matched, detail = question.verdict(completion.prompt_tokens)
         return self._keep(
             Answer(
@@ -228,6 +234,7 @@ class Calibrator:
                 completion_tokens=completion.completion_tokens,
                 detail=detail,
                 generation_id=completion.generation_id,
+                errors=errors,
             )
         )
 
@@ -240,9 +247,9 @@ class Calibrator:
         body = self._body(route, messages, tools, max_tokens=TOOL_QUESTION_MAX_TOKENS)
         body["reasoning"] = {"enabled": False}  # a provider that cannot: the question fails
         body["tool_choice"] = "required"
-        completion = await self._send(body, route, TOOL_ARGUMENTS)
+        completion, errors = await self._send(body, route, TOOL_ARGUMENTS)
         if completion is None:
-            return self._unsettled(provider or route or "", TOOL_ARGUMENTS, route)
+            return self._unsettled(provider or route or "", TOOL_ARGUMENTS, route, errors)
         calls = completion.tool_calls or []
         marks = call_marks(calls, tools, self.profile, forced=True)
         if marks:
@@ -268,6 +275,7 @@ class Calibrator:
                 completion_tokens=completion.completion_tokens,
                 detail=detail,
                 generation_id=completion.generation_id,
+                errors=errors,
             )
         )
 
@@ -277,7 +285,10 @@ class Calibrator:
             settings = replace(settings, provider=self.pin(settings.provider, route))
         return self.request_body(settings, messages, tools, False)
 
-    async def _send(self, body: dict, route: str | None, question: str) -> Completion | None:
+    async def _send(
+        self, body: dict, route: str | None, question: str
+    ) -> tuple[Completion | None, list[dict]]:
+        """The answer (None: none came) and the failed attempts that were sent again."""
         try:
             return await self.send(orjson.dumps(body))
         except (GenerationFailed, FatalApiError) as exc:
@@ -290,11 +301,21 @@ class Calibrator:
                 route or "the endpoint",
                 exc.reason if isinstance(exc, GenerationFailed) else exc,
             )
-            return None
+            tried = exc.errors[:-1] if isinstance(exc, GenerationFailed) else []
+            return None, [error.as_dict() for error in tried]
 
-    def _unsettled(self, provider: str, question: str, route: str | None) -> Answer:
+    def _unsettled(
+        self, provider: str, question: str, route: str | None, errors: list[dict]
+    ) -> Answer:
         return self._keep(
-            Answer(provider, question, UNSETTLED, route, detail="the question got no answer")
+            Answer(
+                provider,
+                question,
+                UNSETTLED,
+                route,
+                detail="the question got no answer",
+                errors=errors,
+            )
         )
 
     def _keep(self, answer: Answer) -> Answer:

@@ -387,12 +387,13 @@ class LiveGeneration:
             asked=self.store.calibrations(),
         )
 
-    async def send_question(self, body: bytes) -> Completion:
-        """One calibration question, counted under ``--max-cost`` like any answer."""
+    async def send_question(self, body: bytes) -> tuple[Completion, list[dict]]:
+        """One calibration question, counted under ``--max-cost`` like any answer; its failed
+        attempts are returned to be stored with it (the run's one count of retries)."""
         self.sending()
-        completion, _ = await self.client.complete(body, False)
+        completion, errors = await self.client.complete(body, False)
         self.count_cost(completion, body)
-        return completion
+        return completion, [error.as_dict() for error in errors]
 
     async def calibrate(self) -> None:
         """Ask every provider the run may be routed to the renderer question it has not answered

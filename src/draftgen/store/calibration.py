@@ -36,6 +36,7 @@ _COLUMNS = (
     "completion_tokens",
     "detail",
     "generation_id",  # the API's id of the answer: a paid answer, accounted for like any other
+    "errors",  # the failed attempts sent again (JSON), counted with the run's retries
 )
 
 

@@ -131,6 +131,7 @@ CREATE TABLE IF NOT EXISTS provider_calibrations (
     completion_tokens INTEGER,
     detail TEXT NOT NULL DEFAULT '',
     generation_id TEXT,
+    errors TEXT,
     PRIMARY KEY (provider, question)
 );
 -- Completions of an excluded provider that failed proof and were bought again elsewhere: the

@@ -226,7 +226,10 @@ class TalliesMixin:
             "SELECT coalesce(json_extract(e.value, '$.kind'), 'unknown'), count(*) FROM ("
             " SELECT c.errors AS errors, -1 AS last FROM completions c WHERE c.errors IS NOT NULL"
             " UNION ALL SELECT f.errors, json_array_length(f.errors) - 1 FROM failures f"
-            " WHERE f.errors IS NOT NULL) AS t, json_each(t.errors) AS e"
+            " WHERE f.errors IS NOT NULL"
+            # Calibration's questions keep only the attempts that were sent again.
+            " UNION ALL SELECT p.errors, -1 FROM provider_calibrations p"
+            " WHERE p.errors IS NOT NULL) AS t, json_each(t.errors) AS e"
             " WHERE t.last < 0 OR e.key < t.last GROUP BY 1 ORDER BY 2 DESC, 1"
         )
         return dict(rows)
