@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from draftgen.profiles.base import ModelProfile, Segment, SegmentedReading
 
@@ -282,64 +282,18 @@ class XtmlTurns:
         ``content``, calls from ``tool_calls``; what a provider left unsplit or unstripped in
         content is read as the markup it is, and a cut turn has one reading per place the cut
         can fall in markup the text does not show (``max_tokens``: the count picks)."""
-        reasoning = completion.reasoning or ""
-        content = completion.content or ""
-        calls = completion.tool_calls or []
         complete = completion.finish_reason in COMPLETE_FINISH_REASONS
         thinking = self.prompt_mode(prompt_text) != "closed"
         notes: list[str] = []
-        if not thinking and reasoning:
-            notes.append("reasoning_in_non_thinking_prompt")
-            reasoning = ""
-        unsplit = thinking and not reasoning and THINK_CLOSE in content
-        if unsplit:
-            notes.append(NO_REASONING_SPLIT)
-            reasoning, _, content = content.partition(THINK_CLOSE)
-        raw_content = content
-        if not complete:
-            # A parser hands back the start of a close it saw cut off (``<|close|>think``) with
-            # the reasoning, and of the response's open with the content: markup the count
-            # places, not text.
-            reasoning = reasoning[: _trailing_start(reasoning, (f"{CLOSE}think", CLOSE))]
-            if RESPONSE_OPEN.startswith(content):
-                content = ""
-        content = content.removeprefix(RESPONSE_OPEN)
-        cut = _markup_start(content)
-        content, left = content[:cut], segment_markup(content[cut:])
-        styles: tuple[str, ...] = ("spaced",)
-        if calls:
-            try:
-                calls_segments(calls)
-            except ValueError as exc:
-                notes.append(f"tool_calls_not_rebuilt: {exc}")
-                calls = []
-            else:
-                notes.append("tool_calls_rebuilt")
-                if spellings_differ(calls):
-                    styles = VALUE_STYLES
-
-        head = [*plain(reasoning), *THINK_RUN] if thinking else []
-        answer = plain(content)
+        fields = _channels(completion, thinking, complete, notes)
+        calls, styles = _rebuildable_calls(completion.tool_calls or [], notes)
+        head = [*plain(fields.reasoning), *THINK_RUN] if thinking else []
+        answer = plain(fields.content)
+        left = fields.left
         readings: list[tuple[list[Segment], tuple[str, ...], tuple[int, int]]] = []
         for style in styles:
             extra = (f"tool_arguments_reserialised={style}",) if len(styles) > 1 else ()
-            ending = [*close_tag("response"), *(calls_segments(calls, style) if calls else [])]
-            ending += MESSAGE_END
-            # Left markup found in the ending (a close not stripped, or what follows a close a
-            # parser stripped) is the ending as the fields already hold it.
-            at = _find(ending, left)
-            if left and at < 0:
-                # Markup the structured fields do not hold (a call the provider did not parse):
-                # it is what the model wrote, as far as the text goes.
-                _note(notes, "markup_in_content")
-                ending = [*left, *_finished(left)]
-                first, last = len(left), (len(ending) if complete else len(ending) - 1)
-            else:
-                if left and complete:
-                    _note(notes, LEAKED_END_OF_TURN)
-                # A cut can fall anywhere after what the text shows: a parser drops a closed
-                # channel's close with everything after it.
-                first, last = (at + len(left) if left else 0), len(ending) - 1
+            ending, first, last = _ending(left, calls, style, complete, notes)
             full = [*head, *answer, *ending]
             span = (len(head), len(head) + len(answer))
             if complete:
@@ -348,13 +302,14 @@ class XtmlTurns:
             shown = len(head) + len(answer) + first
             if not (answer or left):
                 # Nothing of the answer came back: the cut fell in the reasoning or the markup.
-                shown = len(plain(reasoning)) if thinking else 0
+                shown = len(plain(fields.reasoning)) if thinking else 0
             stop = len(head) + len(answer) + last
             for size in range(shown, stop + 1):
                 readings.append((full[:size], extra, span if size >= span[1] else (-1, -1)))
-        if thinking and not complete and not completion.reasoning and not unsplit and raw_content:
+        unsplit = fields.unsplit
+        if thinking and not complete and not completion.reasoning and not unsplit and fields.raw:
             # A provider that does not split shows reasoning cut short as content.
-            readings.append(([*plain(content), *left], (), (-1, -1)))
+            readings.append(([*plain(fields.content), *left], (), (-1, -1)))
         return SegmentedReading(
             readings=[tuple(segments) for segments, _, _ in readings],
             notes=notes,
@@ -362,6 +317,82 @@ class XtmlTurns:
             reading_notes=[extra for _, extra, _ in readings],
             content_spans=[span for _, _, span in readings],
         )
+
+
+class _Channels(NamedTuple):
+    """A turn's text fields read as K3's channels: the reasoning, the answer (markup gone), the
+    markup the provider left at the answer's end (``left``, as segments), whether the think
+    channel came unsplit in content, and the content as it was once split (``raw``)."""
+
+    reasoning: str
+    content: str
+    left: list[Segment]
+    unsplit: bool
+    raw: str
+
+
+def _channels(completion: Any, thinking: bool, complete: bool, notes: list[str]) -> _Channels:
+    """The think and response channels of ``completion``'s fields (notes of what was off)."""
+    reasoning = completion.reasoning or ""
+    content = completion.content or ""
+    if not thinking and reasoning:
+        notes.append("reasoning_in_non_thinking_prompt")
+        reasoning = ""
+    unsplit = thinking and not reasoning and THINK_CLOSE in content
+    if unsplit:
+        notes.append(NO_REASONING_SPLIT)
+        reasoning, _, content = content.partition(THINK_CLOSE)
+    raw_content = content
+    if not complete:
+        # A parser hands back the start of a close it saw cut off (``<|close|>think``) with
+        # the reasoning, and of the response's open with the content: markup the count
+        # places, not text.
+        reasoning = reasoning[: _trailing_start(reasoning, (f"{CLOSE}think", CLOSE))]
+        if RESPONSE_OPEN.startswith(content):
+            content = ""
+    content = content.removeprefix(RESPONSE_OPEN)
+    cut = _markup_start(content)
+    return _Channels(reasoning, content[:cut], segment_markup(content[cut:]), unsplit, raw_content)
+
+
+def _rebuildable_calls(calls: list, notes: list[str]) -> tuple[list, tuple[str, ...]]:
+    """The calls as markup can be rebuilt from them (none if it cannot), and the spellings of
+    their argument values to read them in (both where the provider's JSON does not tell)."""
+    styles: tuple[str, ...] = ("spaced",)
+    if calls:
+        try:
+            calls_segments(calls)
+        except ValueError as exc:
+            notes.append(f"tool_calls_not_rebuilt: {exc}")
+            calls = []
+        else:
+            notes.append("tool_calls_rebuilt")
+            if spellings_differ(calls):
+                styles = VALUE_STYLES
+    return calls, styles
+
+
+def _ending(
+    left: list[Segment], calls: list, style: str, complete: bool, notes: list[str]
+) -> tuple[list[Segment], int, int]:
+    """The markup after the answer for one spelling of the calls, and the first and last of its
+    segments a cut turn can end after (``left``: the markup the text already shows)."""
+    ending = [*close_tag("response"), *(calls_segments(calls, style) if calls else [])]
+    ending += MESSAGE_END
+    # Left markup found in the ending (a close not stripped, or what follows a close a
+    # parser stripped) is the ending as the fields already hold it.
+    at = _find(ending, left)
+    if left and at < 0:
+        # Markup the structured fields do not hold (a call the provider did not parse):
+        # it is what the model wrote, as far as the text goes.
+        _note(notes, "markup_in_content")
+        ending = [*left, *_finished(left)]
+        return ending, len(left), (len(ending) if complete else len(ending) - 1)
+    if left and complete:
+        _note(notes, LEAKED_END_OF_TURN)
+    # A cut can fall anywhere after what the text shows: a parser drops a closed
+    # channel's close with everything after it.
+    return ending, (at + len(left) if left else 0), len(ending) - 1
 
 
 def _find(segments: list[Segment], part: list[Segment]) -> int:
