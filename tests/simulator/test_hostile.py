@@ -35,7 +35,7 @@ def test_the_flags_make_the_configuration():
         (
             {"hostile": ("huge",)},
             "unknown hostile answer 'huge': use one of oversized, endless, keepalive, slowloris, "
-            "bad-usage, bad-cost, redirect",
+            "bad-usage, bad-cost, redirect, held",
         ),
         ({"hostile_share": 1.5}, "hostile_share 1.5 is not within 0..1"),
         (

@@ -200,6 +200,9 @@ class StreamAccumulator:
         self.provider: str | None = None
         self.model: str | None = None
         self.done = False
+        # The finish reason came, and a usage object with it or after it (the last chunk): the
+        # answer is whole although ``[DONE]`` has not come (``complete``).
+        self.complete = False
         self.reasoning_field: str | None = None
         self._partial: list[bytes] = []  # the unfinished last line, in pieces
 
@@ -210,7 +213,8 @@ class StreamAccumulator:
 
     def feed_bytes(self, data: bytes) -> None:
         """Consume raw bytes as they arrive; lines may be split anywhere and be of any length
-        (an encrypted ``reasoning_details`` item can make one event several megabytes)."""
+        (an encrypted ``reasoning_details`` item can make one event several megabytes). Nothing
+        after ``[DONE]`` or a ``complete`` answer's last event is read."""
         if b"\n" not in data:
             self._partial.append(data)  # pieces, not concatenation: a long line stays linear
             return
@@ -219,7 +223,7 @@ class StreamAccumulator:
         self._partial = [lines.pop()]
         for line in lines:
             self.feed_line(line)
-            if self.done:
+            if self.done or self.complete:
                 return
 
     def feed_line(self, line: bytes) -> None:
@@ -247,7 +251,8 @@ class StreamAccumulator:
         self.generation_id = self.generation_id or _str_or_none(event.get("id"))
         self.provider = self.provider or _str_or_none(event.get("provider"))
         self.model = self.model or _str_or_none(event.get("model"))
-        if isinstance(event.get("usage"), dict):
+        with_usage = isinstance(event.get("usage"), dict)
+        if with_usage:
             self.usage = event["usage"]
         choices = event.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -277,10 +282,13 @@ class StreamAccumulator:
             native = _str_or_none(choice.get("native_finish_reason"))
             if native:
                 self.native_finish_reason = native
+        # OpenAI-compatible servers end with the usage chunk: after it comes only ``[DONE]``, so a
+        # server that holds the connection open instead has delivered all it will.
+        self.complete = self.complete or (with_usage and self.finish_reason is not None)
 
     def finish(self) -> Completion:
         rest, self._partial = b"".join(self._partial), []
-        if rest and not self.done:
+        if rest and not (self.done or self.complete):
             self.feed_line(rest)
         if not self.done and self.finish_reason is None:
             raise ApiError("connection_dropped", "the stream ended before its last event")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
 import aiohttp
+import orjson
 
 from draftgen.backends import Accumulator, Backend
 from draftgen.backends.base import (
@@ -54,6 +55,10 @@ RESPONSE_BYTES_PER_TOKEN = 2**10
 RESPONSE_BYTES_WITHOUT_MAX_TOKENS = 64 * 2**20
 # An error answer is read only this far: its message and type sit at the start.
 ERROR_BODY_BYTES = 64 * 2**10
+# After a whole answer (a stream's usage chunk, a body's last brace) what follows (``[DONE]``,
+# the body's end) is awaited this long and no further: read, the connection serves the next
+# request; held open by the server, it is closed and the answer kept all the same.
+TAIL_GRACE = 0.1
 DEFAULT_ATTEMPT_TIMEOUT = 3600.0  # seconds; RunOptions.attempt_timeout says why
 
 
@@ -385,24 +390,37 @@ class ChatClient:
             return await self._read_stream(response, accumulator)
 
     async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
-        """A non-streamed body, refused as soon as it passes the cap (or says it will)."""
+        """A non-streamed body, refused as soon as it passes the cap (or says it will); taken
+        as soon as it holds a whole JSON object, whether or not the server ends it (a body
+        without Content-Length that is never closed is paid for all the same)."""
         cap = self._max_response_bytes
         if response.content_length is not None and response.content_length > cap:
             raise self._too_large()
         pieces: list[bytes] = []
         received = 0
+        braces = 0  # "{" less "}" so far: 0 (and a "}" last) is when the object may be whole
+        closed = False
         async for piece in response.content.iter_any():
             received += len(piece)
             if received > cap:
                 raise self._too_large()
             pieces.append(piece)
+            braces += piece.count(b"{") - piece.count(b"}")
+            last = piece.rstrip()
+            closed = last.endswith(b"}") if last else closed
+            if braces == 0 and closed and not response.content.at_eof():
+                body = b"".join(pieces)
+                if _whole_json_object(body):
+                    await _read_tail(response)
+                    return body
         return b"".join(pieces)
 
     async def _read_stream(
         self, response: aiohttp.ClientResponse, accumulator: Accumulator
     ) -> Completion:
         """Fold an event stream, counting its bytes against the cap and its data events against
-        the idle timeout."""
+        the idle timeout; the answer is taken once it is whole (``[DONE]``, or its finish reason
+        and usage: a server that then holds the connection open has sent all it will)."""
         cap = self._max_response_bytes
         clock = EventClock(self._idle_timeout)
         received = 0
@@ -413,6 +431,10 @@ class ChatClient:
             clock.observe(data)
             accumulator.feed_bytes(data)
             if accumulator.done:
+                break
+            # Every accumulator is a StreamAccumulator's; one of another shape never says so.
+            if getattr(accumulator, "complete", False):
+                await _read_tail(response)
                 break
         return accumulator.finish()
 
@@ -495,6 +517,26 @@ def _data_with_value(line: bytes) -> bool:
         return False
     value = line[5:69].lstrip(b" \t")
     return bool(value) and value[:1] not in (b"\r", b"\n")
+
+
+def _whole_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+async def _read_tail(response: aiohttp.ClientResponse) -> None:
+    """What follows a whole answer, for ``TAIL_GRACE`` seconds and ``ERROR_BODY_BYTES`` at most:
+    a server that ends the body lets the connection serve another request; one that holds it
+    open (or sends more) has it closed as the response is released."""
+    size = 0
+    try:
+        async with asyncio.timeout(TAIL_GRACE):
+            while not response.content.at_eof() and size < ERROR_BODY_BYTES:
+                size += len(await response.content.readany())
+    except (TimeoutError, aiohttp.ClientError):
+        pass
 
 
 async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:

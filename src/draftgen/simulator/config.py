@@ -40,8 +40,8 @@ FATAL_FAULTS: frozenset[str] = frozenset({"auth", "payment"})
 
 # Hostile answers (``SimConfig.hostile``): what a broken or malicious server does that no provider
 # means to, decided per request for ``hostile_share`` of them (simulator/hostile.py). Only
-# bad-usage and bad-cost deliver a whole completion (recorded in the truth with its kind); the
-# others deliver none, and a slow-loris only if the client waits for its last byte.
+# bad-usage, bad-cost and held deliver a whole completion (recorded in the truth with its kind);
+# the others deliver none, and a slow-loris only if the client waits for its last byte.
 HOSTILE: tuple[str, ...] = (
     "oversized",  # a body, or one SSE event, of hostile_bytes (Content-Length declared or not)
     "endless",  # SSE deltas that never end (unstreamed: a JSON body that never ends)
@@ -50,6 +50,10 @@ HOSTILE: tuple[str, ...] = (
     "bad-usage",  # usage token counts of 2**63 or negative
     "bad-cost",  # usage.cost missing, a string, negative or 1e-9
     "redirect",  # 301/302/307/308 to plain http off loopback, or to another host name of this one
+    # A whole answer, finish reason and usage included, then silence with the connection open
+    # (stream: no ``data: [DONE]``; unstreamed: no Content-Length and no last chunk) for
+    # stall_seconds, then the connection cut.
+    "held",
 )
 
 # Per-completion alterations. Ground truth always keeps the ids the model really produced.

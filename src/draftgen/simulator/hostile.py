@@ -1,7 +1,8 @@
 """Hostile answers: what a broken or malicious server sends that no provider means to.
 
 Bodies and events far past any cap, streams that never end, keep-alives forever, a trickle of a
-few bytes a second, token counts and costs no provider bills, redirects off loopback.
+few bytes a second, token counts and costs no provider bills, redirects off loopback, a whole
+answer whose connection is then held open.
 ``SimConfig.hostile`` names the kinds (``config.HOSTILE``) and ``hostile_share`` the share of chat
 requests answered with one, drawn per prompt and attempt as faults are. What is sent unbounded is
 written as it goes, never held: the simulator stays small whatever it sends.
@@ -16,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from draftgen.simulator import wire
-from draftgen.simulator.exchange import ChatRequest, Host, Served, seeded_rng
+from draftgen.simulator.exchange import ChatRequest, Host, Served, close_connection, seeded_rng
 
 PIECE = 64 * 1024  # what an oversized or endless answer writes at a time
 TICK = 0.25  # seconds between the writes of a slow-loris answer
@@ -72,6 +73,8 @@ class HostileAnswers:
         served = self.host.success(req, head, gid)
         if kind == "slowloris":
             return await self._trickle(request, req, served)
+        if kind == "held":
+            return await self._held(request, req, served, rng)
         usage, detail = _bad_numbers(kind, served.usage, rng)
         self.host.record(served, req, {"hostile": kind, "hostile_detail": detail})
         blob = self._answer_bytes(req, served, usage)
@@ -192,6 +195,27 @@ class HostileAnswers:
                     await asyncio.sleep(TICK)
         except ConnectionError:
             pass
+        return response
+
+    async def _held(
+        self, request: web.Request, req: ChatRequest, served: Served, rng: random.Random
+    ) -> web.StreamResponse:
+        """A whole answer, finish reason and usage included (billed: recorded as it goes out),
+        then silence with the connection open: a stream without ``data: [DONE]``, a body without
+        Content-Length (chunked, its last chunk never sent). After ``stall_seconds`` the
+        connection is cut, never ended: a client that waits for the end gets none."""
+        blob = self._answer_bytes(req, served, served.usage)
+        if req.stream:
+            blob = blob.removesuffix(wire.DONE)
+        self.host.record(served, req, {"hostile": "held"})
+        response = _response(req, served.generation_id)
+        await response.prepare(request)
+        try:
+            await self.host._send(response, [blob], rng)
+            await self.host._stall(request)
+        except ConnectionError:
+            pass
+        close_connection(request)
         return response
 
     def _answer_bytes(self, req: ChatRequest, served: Served, usage: dict | None) -> bytes:
