@@ -84,9 +84,10 @@ class CompletionReading:
 def read_completion(
     completion: Completion, prompt_text: str, profile: ModelProfile
 ) -> CompletionReading:
+    """The candidate texts of ``completion`` after ``prompt_text`` (most likely first): each body
+    (the text before any tool calls) with each reading of the calls, then the end of turn."""
     if profile.segmented is not None:
         return _segmented_reading(completion, prompt_text, profile)
-    reasoning = completion.reasoning or ""
     content = completion.content or ""
     notes: list[str] = []
     tool_turn = bool(completion.tool_calls)
@@ -98,6 +99,26 @@ def read_completion(
     eot = profile.turn_end(tool_turn, content)
     complete = completion.finish_reason in COMPLETE_FINISH_REASONS
     suffix = eot if complete else ""
+    bodies = _bodies(completion, content, prompt_text, profile, complete, notes)
+    markups = _tool_call_markups(completion, content, profile, notes)
+    texts = [body + markup.text + suffix for body in bodies for markup in markups]
+    text_notes = [markup.notes for _ in bodies for markup in markups]
+    framings = [(b, markup.lead_free) for b in range(len(bodies)) for markup in markups]
+    return CompletionReading(texts, notes, complete, text_notes, framings=framings)
+
+
+def _bodies(
+    completion: Completion,
+    content: str,
+    prompt_text: str,
+    profile: ModelProfile,
+    complete: bool,
+    notes: list[str],
+) -> list[str]:
+    """The texts the model may have written before any tool calls (most likely first), by how
+    the prompt ends: thinking closed, ``think_start`` already open, or the model opens it."""
+    reasoning = completion.reasoning or ""
+    tool_turn = bool(completion.tool_calls)
     mode = profile.prompt_mode(prompt_text)
     opened = profile.think_lead + profile.think_start if mode == "model_opens" else ""
     head, tail = profile.content_frame(content, tool_turn)
@@ -105,40 +126,56 @@ def read_completion(
     if mode == "closed":
         if reasoning:
             notes.append("reasoning_in_non_thinking_prompt")
-        bodies = [framed]
-    elif not reasoning and profile.think_end in content:
+        return [framed]
+    if not reasoning and profile.think_end in content:
         # No reasoning split: the think markup is still inside content.
         notes.append("no_reasoning_split")
-        if opened and content.startswith(opened):
-            opened = ""
-        elif opened and content.startswith(profile.think_start):
-            opened = profile.think_lead
-        # What closes the content before tool calls (harmony's <|end|>) is not content: the
-        # provider dropped it with the calls it parsed.
-        answer = content.partition(profile.think_end)[2]
-        unsplit_tail = profile.content_frame(answer, tool_turn)[1]
-        bodies = [opened + content + unsplit_tail]
-        if opened and profile.bare_think_end and content.startswith(profile.think_end):
-            # A model that decided not to think wrote think_end alone (MiniMax-M3, adaptive).
-            bodies.insert(0, content + unsplit_tail)
-        if mode == "open" and content.startswith(profile.think_start):
-            # A provider that keeps the think block in content re-opens it there (MiniMax-M2
-            # on vLLM), although the prompt already holds think_start; the count decides.
-            bodies.insert(0, content[len(profile.think_start) :] + unsplit_tail)
-    elif not complete and not content:
+        return _unsplit_bodies(content, mode, opened, profile, tool_turn)
+    if not complete and not content:
         # Truncated inside reasoning, or after think_end (or part of what follows it, when
         # that is several tokens, as harmony's channel header): the count decides.
         bodies = [opened + reasoning + cut for cut in delimiter_prefixes(profile, tool_turn)]
         if opened and profile.bare_think_end and not reasoning:
             bodies.append(profile.think_end)
-    else:
-        bodies = [opened + reasoning + profile.think_end + framed]
-        if opened and not reasoning:
-            # A model that writes no think block at all; a content header starts with what the
-            # prompt already holds (harmony's "<|start|>assistant"), which it does not repeat.
-            bodies.append(_without_prompt_overlap(prompt_text, head) + content + tail)
-            if profile.bare_think_end:
-                bodies.insert(0, profile.think_end + framed)
+        return bodies
+    bodies = [opened + reasoning + profile.think_end + framed]
+    if opened and not reasoning:
+        # A model that writes no think block at all; a content header starts with what the
+        # prompt already holds (harmony's "<|start|>assistant"), which it does not repeat.
+        bodies.append(_without_prompt_overlap(prompt_text, head) + content + tail)
+        if profile.bare_think_end:
+            bodies.insert(0, profile.think_end + framed)
+    return bodies
+
+
+def _unsplit_bodies(
+    content: str, mode: str, opened: str, profile: ModelProfile, tool_turn: bool
+) -> list[str]:
+    """The bodies of a content that still holds the think markup (no reasoning split)."""
+    if opened and content.startswith(opened):
+        opened = ""
+    elif opened and content.startswith(profile.think_start):
+        opened = profile.think_lead
+    # What closes the content before tool calls (harmony's <|end|>) is not content: the
+    # provider dropped it with the calls it parsed.
+    answer = content.partition(profile.think_end)[2]
+    unsplit_tail = profile.content_frame(answer, tool_turn)[1]
+    bodies = [opened + content + unsplit_tail]
+    if opened and profile.bare_think_end and content.startswith(profile.think_end):
+        # A model that decided not to think wrote think_end alone (MiniMax-M3, adaptive).
+        bodies.insert(0, content + unsplit_tail)
+    if mode == "open" and content.startswith(profile.think_start):
+        # A provider that keeps the think block in content re-opens it there (MiniMax-M2
+        # on vLLM), although the prompt already holds think_start; the count decides.
+        bodies.insert(0, content[len(profile.think_start) :] + unsplit_tail)
+    return bodies
+
+
+def _tool_call_markups(
+    completion: Completion, content: str, profile: ModelProfile, notes: list[str]
+) -> list[ToolCallMarkup]:
+    """The readings of the structured tool calls as the profile's markup (one empty markup for
+    a turn without calls, or calls the profile cannot write)."""
     markups = [ToolCallMarkup("")]
     if completion.tool_calls:
         try:
@@ -147,10 +184,7 @@ def read_completion(
             notes.append(f"{TOOL_CALLS_UNREBUILT}: {exc}")
         else:
             notes.append(TOOL_CALLS_REBUILT)
-    texts = [body + markup.text + suffix for body in bodies for markup in markups]
-    text_notes = [markup.notes for _ in bodies for markup in markups]
-    framings = [(b, markup.lead_free) for b in range(len(bodies)) for markup in markups]
-    return CompletionReading(texts, notes, complete, text_notes, framings=framings)
+    return markups
 
 
 def _segmented_reading(
