@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from draftgen.profiles import ModelProfile
-from draftgen.records import StoredCompletion
+from draftgen.records import Completion, StoredCompletion
 
 # Reason codes, in the order they are checked; the first failing one is the sample's reason.
 OK = "ok"
@@ -127,6 +127,8 @@ def verify_sample(
     whitespace_repair: str | None = None,
     special_text: str | None = None,
 ) -> Verdict:
+    """The verdict on ids rebuilt from text: every check that fails adds a failure, in the order
+    the checks run here (the first is the reason)."""
     completion = stored.completion
     details = list(notes) + _prompt_notes(stored, profile, special_text)
     failures: list[tuple[str, str]] = []
@@ -138,28 +140,9 @@ def verify_sample(
                 f"profile {profile.name} cannot rebuild the structured tool_calls as markup",
             )
         )
-    prompt_tokens, completion_tokens = completion.prompt_tokens, completion.completion_tokens
-    if prompt_tokens is None or completion_tokens is None:
-        failures.append((NO_USAGE, "the response carried no token counts to check against"))
-    else:
-        if len(prompt_ids) != prompt_tokens:
-            failures.append(
-                (PROMPT_COUNT_MISMATCH, f"prompt {len(prompt_ids)} ids, provider {prompt_tokens}")
-            )
-        if len(completion_ids) != completion_tokens:
-            counts = f"completion {len(completion_ids)} ids, provider {completion_tokens}"
-            if whitespace_repair:
-                failures.append((WHITESPACE_ALTERED, f"{counts}; {whitespace_repair}"))
-            elif completion.tool_calls and rebuilt:
-                failures.append(
-                    (
-                        TOOL_CALLS_INEXACT,
-                        f"{counts}; no reading of the structured tool_calls as "
-                        f"{profile.name} markup matches the count",
-                    )
-                )
-            else:
-                failures.append((COMPLETION_COUNT_MISMATCH, counts))
+    failures += _count_failures(
+        completion, profile, prompt_ids, completion_ids, rebuilt, whitespace_repair
+    )
     if rebuilt and profile.tool_call_format_unconfirmed:
         failures.append(
             (
@@ -178,6 +161,42 @@ def verify_sample(
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
     return _verdict(failures, details)
+
+
+def _count_failures(
+    completion: Completion,
+    profile: ModelProfile,
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    rebuilt: bool,
+    whitespace_repair: str | None,
+) -> list[tuple[str, str]]:
+    """The failures of the ids against the provider's token counts: none given, or a count
+    that differs (for the completion, named by what most likely made it differ)."""
+    failures: list[tuple[str, str]] = []
+    prompt_tokens, completion_tokens = completion.prompt_tokens, completion.completion_tokens
+    if prompt_tokens is None or completion_tokens is None:
+        failures.append((NO_USAGE, "the response carried no token counts to check against"))
+        return failures
+    if len(prompt_ids) != prompt_tokens:
+        failures.append(
+            (PROMPT_COUNT_MISMATCH, f"prompt {len(prompt_ids)} ids, provider {prompt_tokens}")
+        )
+    if len(completion_ids) != completion_tokens:
+        counts = f"completion {len(completion_ids)} ids, provider {completion_tokens}"
+        if whitespace_repair:
+            failures.append((WHITESPACE_ALTERED, f"{counts}; {whitespace_repair}"))
+        elif completion.tool_calls and rebuilt:
+            failures.append(
+                (
+                    TOOL_CALLS_INEXACT,
+                    f"{counts}; no reading of the structured tool_calls as "
+                    f"{profile.name} markup matches the count",
+                )
+            )
+        else:
+            failures.append((COMPLETION_COUNT_MISMATCH, counts))
+    return failures
 
 
 def _tool_argument_failures(
@@ -318,8 +337,8 @@ def with_doubts(verdict: Verdict, doubts: list[tuple[str, str]]) -> Verdict:
 
 def special_text_in_prompt(messages: list[dict], profile: ModelProfile) -> str:
     """The first of the profile's delimiters typed literally in non-assistant data (legal, but
-    worth reporting). ``reconstruct.token_tables.special_text_of_prompt`` looks for every added token of
-    the tokenizer after these."""
+    worth reporting). ``reconstruct.token_tables.special_text_of_prompt`` looks for every added
+    token of the tokenizer after these."""
     for message in messages:
         if message.get("role") == "assistant":
             continue
