@@ -115,44 +115,15 @@ class HarmonyRenderer:
         return _drop_answered_analysis(converted)
 
     def _message(self, message: dict, names: dict) -> list[Any]:
+        """One chat message as the harmony messages vLLM makes of it (none for an empty answer)."""
         h = self.harmony
         role = message.get("role")
         calls = message.get("tool_calls") or []
-        out: list[Any] = []
         if role == "assistant" and calls:
-            # The turn's text is a commentary preamble, its reasoning the analysis, then one
-            # commentary message per call, addressed to the function, content type "json".
-            text = _flat_text(message.get("content"))
-            if text:
-                out.append(_assistant(h, text).with_channel("commentary"))
-            if message.get("reasoning"):
-                out.append(_assistant(h, message["reasoning"]).with_channel("analysis"))
-            for call in calls:
-                function = call.get("function") or {}
-                arguments = function.get("arguments") or ""
-                if not isinstance(arguments, str):
-                    # The chat API's arguments are JSON text; vLLM's request model refuses
-                    # anything else before harmony sees it.
-                    raise HarmonyRefused(
-                        "tool_calls[].function.arguments must be JSON text, not "
-                        f"{type(arguments).__name__}"
-                    )
-                out.append(
-                    _assistant(h, arguments)
-                    .with_channel("commentary")
-                    .with_recipient(f"functions.{function.get('name', '')}")
-                    .with_content_type("json")
-                )
-            return out
+            return _tool_call_turn(h, message, calls)
         if role == "tool":
-            name = names.get(message.get("tool_call_id", ""), "") or ""
-            author = h.Author.new(h.Role.TOOL, f"functions.{name}")
-            text = _flat_text(message.get("content")) or ""
-            return [
-                h.Message.from_author_and_content(author, text)
-                .with_channel("commentary")
-                .with_recipient("assistant")
-            ]
+            return [_tool_result(h, message, names)]
+        out: list[Any] = []
         if role == "assistant" and message.get("reasoning"):
             out.append(_assistant(h, message["reasoning"]).with_channel("analysis"))
         content = message.get("content") or ""
@@ -176,6 +147,47 @@ class HarmonyRenderer:
             except Exception as exc:  # harmony has no author for this role
                 raise HarmonyRefused(f"harmony cannot render a {role!r} message: {exc}") from None
         return out
+
+
+def _tool_call_turn(h: Any, message: dict, calls: list) -> list[Any]:
+    """An assistant turn with tool calls: its text a commentary preamble, its reasoning the
+    analysis, then one commentary message per call, addressed to the function, content type
+    "json"."""
+    out: list[Any] = []
+    text = _flat_text(message.get("content"))
+    if text:
+        out.append(_assistant(h, text).with_channel("commentary"))
+    if message.get("reasoning"):
+        out.append(_assistant(h, message["reasoning"]).with_channel("analysis"))
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):
+            # The chat API's arguments are JSON text; vLLM's request model refuses
+            # anything else before harmony sees it.
+            raise HarmonyRefused(
+                f"tool_calls[].function.arguments must be JSON text, not {type(arguments).__name__}"
+            )
+        out.append(
+            _assistant(h, arguments)
+            .with_channel("commentary")
+            .with_recipient(f"functions.{function.get('name', '')}")
+            .with_content_type("json")
+        )
+    return out
+
+
+def _tool_result(h: Any, message: dict, names: dict) -> Any:
+    """A tool message: a commentary message to the assistant from the function whose call it
+    answers (``names``: function names by call id)."""
+    name = names.get(message.get("tool_call_id", ""), "") or ""
+    author = h.Author.new(h.Role.TOOL, f"functions.{name}")
+    text = _flat_text(message.get("content")) or ""
+    return (
+        h.Message.from_author_and_content(author, text)
+        .with_channel("commentary")
+        .with_recipient("assistant")
+    )
 
 
 def _assistant(h: Any, text: str) -> Any:
