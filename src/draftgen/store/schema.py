@@ -195,6 +195,10 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for name, kind in (("endpoint", "TEXT"), ("endpoint_latency", "REAL")):
         if name not in columns:  # stores from before several endpoints: NULL, "not recorded"
             db.execute(f"ALTER TABLE completions ADD COLUMN {name} {kind}")
+    columns = {row[1] for row in db.execute("PRAGMA table_info(provider_calibrations)")}
+    for name in ("generation_id", "errors"):
+        if name not in columns:  # calibration answers stored before they kept these: NULL
+            db.execute(f"ALTER TABLE provider_calibrations ADD COLUMN {name} TEXT")
 
 
 LOCK_WAIT = 30.0  # seconds a connection waits for another's lock before it gives up
