@@ -36,6 +36,25 @@ def load_tokenizer(spec: str) -> Any:
 
     transformers.logging.set_verbosity_error()
     adopt_third_party()  # huggingface_hub's own handler, added on import, would print raw lines
+    directory = _checked_directory(spec)
+    if directory is not None and mistral_tokenizer_file(directory) is not None:
+        # vLLM serves a directory holding tekken.json or tokenizer.model.v* with mistral-common
+        # (tokenizer_mode "auto" picks it: vllm/tokenizers/registry.py), which also renders the
+        # prompt (draftgen.tokens.mistral): no chat template is needed or read.
+        return _load_mistral(spec, directory)
+    tokenizer = _load_transformers(spec, directory, transformers)
+    if not getattr(tokenizer, "chat_template", None) and not _has_own_chat_encoding(tokenizer):
+        raise TokenizerLoadError(
+            f"tokenizer {spec!r} has no chat template: prompt ids must come from the target's own "
+            "template, so use a tokenizer directory whose tokenizer_config.json has chat_template "
+            "(or the model's encoding/encoding_*.py chat encoder beside it)"
+        )
+    return tokenizer
+
+
+def _checked_directory(spec: str) -> str | None:
+    """The local directory ``spec`` names, or None for what may be a hub id; a path that is no
+    directory, or a value that cannot be a hub id, is refused here."""
     directory = tokenizer_directory(spec)
     if directory is None and (
         spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.path.exists(spec)
@@ -47,18 +66,24 @@ def load_tokenizer(spec: str) -> Any:
         )
     if directory is None:
         refuse_opaque(spec)
-    if directory is not None and mistral_tokenizer_file(directory) is not None:
-        # vLLM serves a directory holding tekken.json or tokenizer.model.v* with mistral-common
-        # (tokenizer_mode "auto" picks it: vllm/tokenizers/registry.py), which also renders the
-        # prompt (draftgen.tokens.mistral): no chat template is needed or read.
-        try:
-            return load_mistral_tokenizer(directory)
-        except Exception as exc:  # mistral-common raises asserts and its own errors
-            first_line = (str(exc).strip().splitlines() or [""])[0]
-            raise TokenizerLoadError(
-                f"cannot load the mistral-common tokenizer of {spec!r} "
-                f"({exc.__class__.__name__}: {first_line})"
-            ) from exc
+    return directory
+
+
+def _load_mistral(spec: str, directory: str) -> Any:
+    """The mistral-common tokenizer of ``directory``; its failures as one sentence."""
+    try:
+        return load_mistral_tokenizer(directory)
+    except Exception as exc:  # mistral-common raises asserts and its own errors
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise TokenizerLoadError(
+            f"cannot load the mistral-common tokenizer of {spec!r} "
+            f"({exc.__class__.__name__}: {first_line})"
+        ) from exc
+
+
+def _load_transformers(spec: str, directory: str | None, transformers: Any) -> Any:
+    """The ``transformers`` tokenizer of ``directory`` (kept for the next process), or of hub id
+    ``spec`` when there is none; any failure as one sentence saying what to pass instead."""
 
     def load() -> Any:
         if directory is None:
@@ -70,7 +95,7 @@ def load_tokenizer(spec: str) -> Any:
         # age would cost a tenth of a second and find nothing.
         with not_collecting():
             # A local directory's tokenizer is kept for the next process (``tokenizer_cache``).
-            tokenizer = load() if directory is None else cached_load(directory, load)
+            return load() if directory is None else cached_load(directory, load)
     except TokenizerLoadError:
         raise
     except Exception as exc:  # transformers raises many types; the user needs one sentence
@@ -87,13 +112,6 @@ def load_tokenizer(spec: str) -> Any:
             f"cannot load tokenizer {spec!r} ({exc.__class__.__name__}: {first_line}); pass a "
             "local tokenizer directory, a hub id reachable from this machine, or fixture:NAME"
         ) from exc
-    if not getattr(tokenizer, "chat_template", None) and not _has_own_chat_encoding(tokenizer):
-        raise TokenizerLoadError(
-            f"tokenizer {spec!r} has no chat template: prompt ids must come from the target's own "
-            "template, so use a tokenizer directory whose tokenizer_config.json has chat_template "
-            "(or the model's encoding/encoding_*.py chat encoder beside it)"
-        )
-    return tokenizer
 
 
 # How long the one request that tells whether the hub answers may take; a hub id is then loaded
