@@ -108,6 +108,15 @@ class TalliesMixin:
             else None,
             "retried_attempts": sum(retried.values()),
             "retried_errors": retried,
+            **self._outcome_tallies(figures),
+            **self._source_figures(rebuys, calibrations),
+            **self._directory_figures(),
+        }
+
+    def _outcome_tallies(self, figures: dict) -> dict:
+        """``counts``' part on how requests ended and samples fared: failures, finish reasons,
+        the sample ``figures``, verdict reasons, what is not reconstructed yet, exactness."""
+        return {
             "failures": dict(
                 self.db.execute(
                     "SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"
@@ -127,6 +136,12 @@ class TalliesMixin:
             ),
             "unreconstructed": self.unreconstructed(),
             "exactness": self.exactness(),
+        }
+
+    def _source_figures(self, rebuys: dict, calibrations: dict) -> dict:
+        """``counts``' part on where the answers came from: endpoints, providers, the providers
+        left out, re-buys and calibration (the last three only when there are any)."""
+        return {
             "endpoints": self.endpoint_figures(),
             "providers": self.provider_figures(),
             # Only when a provider was left out: the run went on without it.
@@ -134,6 +149,12 @@ class TalliesMixin:
             **({"rebuys": rebuys} if rebuys["rebought"] else {}),
             # Only when the run calibrated: what each provider was asked and what it proved.
             **({"calibration": calibrations} if calibrations else {}),
+        }
+
+    def _directory_figures(self) -> dict:
+        """``counts``' part on the run directory: rejected rows, a run holding it, batches, and
+        the simulated marker and derived layout (only when set)."""
+        return {
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
             "batches": self.batch_figures(),
