@@ -27,7 +27,7 @@ from draftgen.inputs.mix import MixError, read_suite
 from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
-from draftgen.profiles import DERIVED_LAYOUT
+from draftgen.profiles import DERIVED_LAYOUT, ModelProfile
 from draftgen.reconstruct.background import BackgroundReconstruction
 from draftgen.run.context import RunContext
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
@@ -251,16 +251,7 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
     # tokenizer stops the run at once.
     profile = ctx.profile
     # The refusals that need no store come first: a run refused there makes no directory.
-    base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
-    if base_url is not None:
-        for spec in base_url:
-            check_base_url(spec.url, options.allow_insecure_http)
-        if not api_key and ctx.backend.needs_api_key:
-            state = "is empty" if options.api_key_env in os.environ else "is not set"
-            raise RunError(
-                f"environment variable {options.api_key_env} {state}; export your API key "
-                "in it or name another one with --api-key-env"
-            )
+    base_url, api_key = _checked_destination(ctx)
     made = _first_missing(options.out)
     new_store = not (options.out / DB_NAME).exists()
     # Locked against other runs, its files checked, what a lost store or a full disk left taken
@@ -278,31 +269,10 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
             base_url, api_key = simulator.base_url, "draftgen-embedded-simulator-key"
         destination = Destination(base_url, api_key)
         await before_first_request(ctx, store, destination, simulator)
-        store.set_meta("tokenizer", options.tokenizer)
-        store.set_meta("profile", profile.name)
-        if options.profile is None:
-            store.set_meta(DETECTED_PROFILE, profile.name)
-        if profile.derived is not None:
-            # The generic profile: a resume, an export and status read the layout kept here.
-            store.set_meta(DERIVED_LAYOUT, orjson.dumps(profile.derived.to_json()).decode())
-            _log.info(
-                "layout derived from the chat template (profile generic): %s",
-                "; ".join(profile.derived.describe()),
-            )
+        _record_tokenizer_and_profile(ctx, store, profile)
         refused = False
         try:
-            try:
-                progress = await choose_engine(options).generate(
-                    ctx, store, destination, reconstruction.generation_started
-                )
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await reconstruction.finish(interrupted=True)
-                raise
-            await reconstruction.finish(interrupted=progress.stopped == "interrupted")
-            stopped = progress.stopped
-            if stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
-                stopped = bought[1].stopped
+            progress, stopped = await _generate(ctx, store, destination, reconstruction)
         finally:
             if simulator is not None:
                 await simulator.close()
@@ -314,6 +284,64 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
         if refused and new_store:
             _remove_unused(store, made)
         store.close()
+
+
+def _checked_destination(ctx: RunContext) -> tuple[list[EndpointSpec] | None, str | None]:
+    """The endpoints the run sends to (None: the built-in simulator) and the API key, refused
+    before any store is made: a URL that is not http(s) or sends the key in clear, a key the
+    backend needs that is not there."""
+    options = ctx.options
+    base_url, api_key = run_endpoints(options), os.environ.get(options.api_key_env)
+    if base_url is not None:
+        for spec in base_url:
+            check_base_url(spec.url, options.allow_insecure_http)
+        if not api_key and ctx.backend.needs_api_key:
+            state = "is empty" if options.api_key_env in os.environ else "is not set"
+            raise RunError(
+                f"environment variable {options.api_key_env} {state}; export your API key "
+                "in it or name another one with --api-key-env"
+            )
+    return base_url, api_key
+
+
+def _record_tokenizer_and_profile(ctx: RunContext, store: Store, profile: ModelProfile) -> None:
+    """What a resume, an export and status read back: the tokenizer, the profile (and that it was
+    detected, when no --profile was given), the generic profile's derived layout."""
+    options = ctx.options
+    store.set_meta("tokenizer", options.tokenizer)
+    store.set_meta("profile", profile.name)
+    if options.profile is None:
+        store.set_meta(DETECTED_PROFILE, profile.name)
+    if profile.derived is not None:
+        # The generic profile: a resume, an export and status read the layout kept here.
+        store.set_meta(DERIVED_LAYOUT, orjson.dumps(profile.derived.to_json()).decode())
+        _log.info(
+            "layout derived from the chat template (profile generic): %s",
+            "; ".join(profile.derived.describe()),
+        )
+
+
+async def _generate(
+    ctx: RunContext,
+    store: Store,
+    destination: Destination,
+    reconstruction: BackgroundReconstruction,
+) -> tuple[RunProgress, str | None]:
+    """The requests (live or batch) with reconstruction finished behind them, then the re-buys
+    of spoiled completions: the progress, and why the run stopped early (None: it did not)."""
+    try:
+        progress = await choose_engine(ctx.options).generate(
+            ctx, store, destination, reconstruction.generation_started
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await reconstruction.finish(interrupted=True)
+        raise
+    await reconstruction.finish(interrupted=progress.stopped == "interrupted")
+    stopped = progress.stopped
+    if stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
+        stopped = bought[1].stopped
+    return progress, stopped
 
 
 # The files a run's store makes in its directory (SQLite's beside its database).
