@@ -138,7 +138,9 @@ def test_second_ctrl_c_abandons_requests_in_flight(tmp_path):
 
 
 def test_run_wide_retry_budget_stops_a_hopeless_run(tmp_path):
-    sim = SimProcess(tmp_path, TOKENIZER, [("server_error", 1.0)])
+    # It served at first (a server failing from the start is a dead endpoint, stopped sooner:
+    # test_dead_endpoint.py), then answers HTTP 500 to everything.
+    sim = SimProcess(tmp_path, TOKENIZER, extra=["--fail-after", "10"])
     try:
         inputs = write_prompts(tmp_path / "p.jsonl", 20, invalid=False)
         result = draftgen(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 import time
@@ -41,6 +42,7 @@ from draftgen.generate.endpoints import (
 )
 from draftgen.logs import add_secret
 from draftgen.records import Completion
+from draftgen.redact import printable
 
 _log = logging.getLogger("draftgen.client")
 PROBE_TIMEOUT = 10.0  # seconds a health probe (GET /models) may take
@@ -60,6 +62,12 @@ ERROR_BODY_BYTES = 64 * 2**10
 # request; held open by the server, it is closed and the answer kept all the same.
 TAIL_GRACE = 0.1
 DEFAULT_ATTEMPT_TIMEOUT = 3600.0  # seconds; RunOptions.attempt_timeout says why
+# A dead endpoint stops the run at once (``DeadStart``): the run's first 8 attempts (the default
+# --max-attempts of one request; at --concurrency 8 or more, its first wave) all answered with a
+# server error (HTTP 5xx) and none succeeded; or 10 s after the first attempt with none
+# succeeded, every attempt that ended a server error and none other on the wire.
+DEAD_START_ATTEMPTS = 8
+DEAD_START_SECONDS = 10.0
 
 
 def default_response_bytes(max_tokens: int | None) -> int:
@@ -110,6 +118,113 @@ class FatalApiError(Exception):
 
 class RunStopped(Exception):
     """No new attempts: the run is shutting down or reached its budget (nothing is recorded)."""
+
+
+class DeadStart:
+    """Whether the run's endpoint is dead from the start: a verdict (a sentence naming the HTTP
+    status and what the server said) once the first ``attempts`` attempts sent all ended in a
+    server error (HTTP 5xx), or ``seconds`` after the first was sent with every attempt that
+    ended a server error (two at least) and none other on the wire (one request at a time
+    spends that time in its backoff). Any success settles it for the run: a server that worked
+    once is retried as always. Attempts are numbered as they are sent, so fast errors beside
+    slow answers still on the wire make no verdict."""
+
+    def __init__(
+        self, attempts: int = DEAD_START_ATTEMPTS, seconds: float = DEAD_START_SECONDS
+    ) -> None:
+        self.attempts = attempts
+        self.seconds = seconds
+        self.verdict: str | None = None
+        self.dead = asyncio.Event()  # set with the verdict: a retry's backoff ends at once
+        self.sent = 0
+        self.in_flight = 0
+        self._started_at: float | None = None
+        # Of the first ``attempts`` sent, those that ended in a server error; None once one of
+        # them ended otherwise.
+        self._first_failed: int | None = 0
+        self._all_failed = True  # every attempt that ended so far was a server error
+        self._said: collections.Counter[tuple[int, str]] = collections.Counter()
+        self._where: dict[str, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def sending(self) -> int:
+        """An attempt goes on the wire: its number (1 for the run's first)."""
+        self.sent += 1
+        self.in_flight += 1
+        if self._started_at is None:
+            self._started_at = time.monotonic()
+            if self.seconds > 0:
+                self._timer = asyncio.get_running_loop().call_later(self.seconds, self._judge)
+        return self.sent
+
+    def ended(self, number: int, error: ApiError | None, endpoint: str) -> None:
+        """Attempt ``number`` ended: answered (``error`` None) or failed with ``error``."""
+        self.in_flight -= 1
+        if self._settled():
+            return
+        if error is None:
+            self.settle()
+            return
+        if error.status is None or error.status < 500:
+            self._all_failed = False
+            if number <= self.attempts:
+                self._first_failed = None
+            return
+        self._said[error.status, error.message] += 1
+        self._where[endpoint] = None
+        if number <= self.attempts and self._first_failed is not None:
+            self._first_failed += 1
+        self._judge()
+
+    def abandoned(self) -> None:
+        """An attempt left the wire without an outcome (cancelled: the run is stopping)."""
+        self.in_flight -= 1
+
+    def settle(self) -> None:
+        """No verdict will come (an attempt succeeded, or the client closes)."""
+        self._first_failed = None
+        self._all_failed = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _settled(self) -> bool:
+        return self.verdict is not None or (self._first_failed is None and not self._all_failed)
+
+    def _judge(self) -> None:
+        if self._settled():
+            return
+        if self._first_failed is not None and self._first_failed >= self.attempts:
+            self._declare(f"each of the run's first {self.attempts} attempts")
+            return
+        failed = sum(self._said.values())
+        started = self._started_at
+        late = started is not None and time.monotonic() - started >= self.seconds
+        if self._all_failed and late and failed >= 2 and self.in_flight == 0:
+            self._declare(f"all {failed} attempts of the run's first {self.seconds:g} s")
+
+    def _declare(self, which: str) -> None:
+        statuses: collections.Counter[int] = collections.Counter()
+        for (status, _), count in self._said.items():
+            statuses[status] += count
+        if len(statuses) == 1:
+            answered = f"HTTP {next(iter(statuses))}"
+        else:
+            answered = (
+                "server errors ("
+                + ", ".join(
+                    f"HTTP {status} {count} times" for status, count in statuses.most_common()
+                )
+                + ")"
+            )
+        (_, words), _ = self._said.most_common(1)[0]
+        self.verdict = (
+            f"{', '.join(self._where)} answered {which} with {answered} and none succeeded, "
+            f'saying "{printable(words) if words.strip() else "nothing"}"; check that the '
+            "server is up and serves this model"
+        )
+        self.settle()
+        self.dead.set()
 
 
 @dataclass
@@ -203,6 +318,7 @@ class ChatClient:
         health: HealthPolicy | None = None,
         on_endpoint_event: Callable[[str, str, str], None] | None = None,
         on_billed_refusal: Callable[[Billed, int], None] | None = None,
+        dead_start: DeadStart | None = None,
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
         one attempt in all (0 or None: none), ``max_response_bytes`` its answer.
@@ -211,7 +327,8 @@ class ChatClient:
         total and ``endpoint_concurrency`` (or a spec's own) caps each; ``on_endpoint_event``
         hears (endpoint, "ejected" | "readmitted" | "removed", why); ``on_billed_refusal``
         hears (what it is billed on, the request's bytes) of each answer refused for its usage,
-        which the server billed all the same (``--max-cost`` counts it)."""
+        which the server billed all the same (``--max-cost`` counts it). ``dead_start`` stops
+        the run when its first attempts show a dead endpoint (``DeadStart``'s rule)."""
         self.backend = backend
         self._path = backend.path if backend is not None else "/chat/completions"
         self.router = Router(
@@ -230,6 +347,7 @@ class ChatClient:
         self._max_retries = max_retries
         self._budget = budget
         self._on_billed_refusal = on_billed_refusal
+        self.dead_start = dead_start or DeadStart()
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
         self._max_response_bytes = max_response_bytes
@@ -262,6 +380,7 @@ class ChatClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.dead_start.settle()
         await self.router.close()
         if self._session is not None:
             await self._session.close()
@@ -273,6 +392,8 @@ class ChatClient:
         for attempt in range(1, self.retry.max_attempts + 1):
             if self.stop_reason:
                 raise RunStopped(self.stop_reason)
+            if self.dead_start.verdict is not None:
+                raise FatalApiError(self._redact(self.dead_start.verdict))
             try:
                 endpoint = await self.router.acquire(tried)
             except EndpointsDown as exc:
@@ -326,6 +447,8 @@ class ChatClient:
             )
             # Pushback and health are per endpoint; a fleet absorbs one misconfigured member.
             absorbed = self.router.failed(endpoint, error)
+            if self.dead_start.verdict is not None:
+                raise FatalApiError(self._redact(self.dead_start.verdict))
             if error.fatal and not absorbed:
                 raise FatalApiError(self._redact(str(error)))
             if not error.retryable and not absorbed:
@@ -341,13 +464,32 @@ class ChatClient:
                 wait = error.retry_after
                 if wait is not None and self.router.has_alternative(tried):
                     wait = None  # Retry-After speaks for the endpoint that sent it, not the rest
-                await asyncio.sleep(wait if wait is not None else self.retry.backoff(attempt))
+                await self._pause(wait if wait is not None else self.retry.backoff(attempt))
         raise GenerationFailed(f"gave_up_after_{self.retry.max_attempts}_attempts", errors)
+
+    async def _pause(self, seconds: float) -> None:
+        """The wait before a retry, cut short by a dead endpoint's verdict."""
+        if self.dead_start.verdict is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.dead_start.dead.wait(), seconds)
 
     async def _attempt(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
         assert self._session is not None, "use ChatClient as an async context manager"
         self.stats.requests += 1
         endpoint.requests += 1
+        number = self.dead_start.sending()
+        try:
+            completion = await self._attempt_once(endpoint, body, stream)
+        except ApiError as error:
+            self.dead_start.ended(number, error, endpoint.label)
+            raise
+        except BaseException:
+            self.dead_start.abandoned()
+            raise
+        self.dead_start.ended(number, None, endpoint.label)
+        return completion
+
+    async def _attempt_once(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
         deadline = asyncio.timeout(self._attempt_timeout)
         try:
             async with deadline:
