@@ -7,6 +7,7 @@ in flight at once are requested once; a resume skips every chain the store alrea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -166,6 +167,7 @@ class LiveGeneration:
         self.calibrator = self._calibrator(ctx)
         self.routes: dict[str, str | None] = {}  # provider -> the route calibration asked it by
         self.tool_calibration: asyncio.Task | None = None
+        self.asking = asyncio.Lock()  # calibration's later questions, one asker at a time
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -262,6 +264,7 @@ class LiveGeneration:
             ) from None
         finally:
             signals.remove()
+            await self.questions_settled()
             tasks = (self.producer, *self.workers, *((judging,) if judging else ()))
             if self.tool_calibration is not None:
                 tasks += (self.tool_calibration,)
@@ -340,15 +343,25 @@ class LiveGeneration:
         answered it: one the listing did not name, or a resume's new one."""
         if self.calibrator is None or self.calibrator.question is None:
             return
-        new = [
-            name
-            for name in providers
-            if name != UNKNOWN_PROVIDER
-            and name not in self.excluded
-            and self.calibrator.needs(name, RENDERER)
-        ]
-        if new:
-            await self.ask_renderers([(name, name) for name in new])
+        # One asker at a time: the judge's tick and the run's end must not both ask a provider
+        # they each found unasked (it would be bought twice).
+        async with self.asking:
+            new = [
+                name
+                for name in providers
+                if name != UNKNOWN_PROVIDER
+                and name not in self.excluded
+                and self.calibrator.needs(name, RENDERER)
+            ]
+            if new:
+                await self.ask_renderers([(name, name) for name in new])
+
+    async def questions_settled(self) -> None:
+        """Wait (up to ``shutdown_grace``) for a calibration question in flight: it is paid for,
+        so it is stored before the task asking it is cancelled."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.options.shutdown_grace), self.asking:
+                pass
 
     async def exclude(self, provider: str, evidence: str) -> None:
         """Send nothing more to ``provider``, say so once with the evidence, and record it so a
