@@ -15,78 +15,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftgen.options.checks import (
-    KEYS_GO_IN_THE_ENVIRONMENT as KEYS_GO_IN_THE_ENVIRONMENT,
+# Re-exported: every name importable from draftgen.options as before the split.
+from draftgen.options.checks import (  # noqa: F401
+    KEYS_GO_IN_THE_ENVIRONMENT,
+    NON_NEGATIVE,
+    POSITIVE,
+    SHARE,
+    TEMPERATURE,
+    UNIT,
+    Check,
+    OptionError,
+    _env_name,
+    _json_object,
+    _kind_of,
+    _shard,
+    checked_text,
 )
-from draftgen.options.checks import (
-    NON_NEGATIVE as NON_NEGATIVE,
-)
-from draftgen.options.checks import (
-    POSITIVE as POSITIVE,
-)
-from draftgen.options.checks import (
-    SHARE as SHARE,
-)
-from draftgen.options.checks import (
-    TEMPERATURE as TEMPERATURE,
-)
-from draftgen.options.checks import (
-    UNIT as UNIT,
-)
-from draftgen.options.checks import (
-    Check as Check,
-)
-from draftgen.options.checks import (
-    OptionError as OptionError,
-)
-from draftgen.options.checks import (
-    _env_name as _env_name,
-)
-from draftgen.options.checks import (
-    _json_object as _json_object,
-)
-from draftgen.options.checks import (
-    _kind_of as _kind_of,
-)
-from draftgen.options.checks import (
-    _shard as _shard,
-)
-from draftgen.options.checks import (
-    checked_text as checked_text,
-)
-from draftgen.options.registries import (
-    backend_names as backend_names,
-)
-from draftgen.options.registries import (
-    batch_dialects as batch_dialects,
-)
-from draftgen.options.registries import (
-    config_tables as config_tables,
-)
-from draftgen.options.registries import (
-    export_formats as export_formats,
-)
-from draftgen.options.registries import (
-    input_formats as input_formats,
-)
-from draftgen.options.registries import (
-    profile_names as profile_names,
-)
-from draftgen.options.registries import (
-    reasoning_efforts as reasoning_efforts,
-)
-from draftgen.options.registries import (
-    simulator_dialects as simulator_dialects,
-)
-from draftgen.options.registries import (
-    simulator_flags as simulator_flags,
-)
-from draftgen.options.registries import (
-    simulator_hostile_kinds as simulator_hostile_kinds,
-)
-from draftgen.options.registries import (
-    simulator_value as simulator_value,
-    vocab_trainers as vocab_trainers,
+from draftgen.options.registries import (  # noqa: F401
+    backend_names,
+    batch_dialects,
+    config_tables,
+    export_formats,
+    input_formats,
+    profile_names,
+    reasoning_efforts,
+    simulator_dialects,
+    simulator_flags,
+    simulator_hostile_kinds,
+    simulator_value,
+    vocab_trainers,
 )
 from draftgen.redact import described
 

@@ -91,7 +91,7 @@ def token_bytes_table(tokenizer: Any) -> dict[bytes, int]:
     cached = _TOKEN_BYTES_TABLES.get(id(tokenizer))
     if cached is not None and cached[0] is tokenizer:
         return cached[1]
-    decoder = _byte_decoder()
+    decoder = tok.byte_decoder()
     special_ids = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
     table: dict[bytes, int] = {}
     specials: list[tuple[bytes, int]] = []
@@ -108,16 +108,3 @@ def token_bytes_table(tokenizer: Any) -> dict[bytes, int]:
         table.setdefault(raw, index)
     _TOKEN_BYTES_TABLES[id(tokenizer)] = (tokenizer, table)
     return table
-
-
-def _byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's bytes_to_unicode, the alphabet of byte-level BPE vocabularies."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    printable += range(ord("®"), ord("ÿ") + 1)
-    mapping = {chr(b): b for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in printable:
-            mapping[chr(256 + shifted)] = b
-            shifted += 1
-    return mapping

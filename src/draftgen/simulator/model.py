@@ -15,7 +15,7 @@ from typing import Any
 
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile
 from draftgen.simulator.textpool import compose
-from draftgen.tokens.tokenizer import decode, encode
+from draftgen.tokens.tokenizer import byte_decoder, decode, encode
 
 # Where the generation prompt leaves the model (decided from the rendered prompt's end).
 FORCED = "forced"  # prompt ends with think_start: the model writes reasoning, then think_end
@@ -30,23 +30,6 @@ RAW_TEXT_CALL = {
 }
 
 
-def _byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's bytes_to_unicode, the alphabet of byte-level BPE vocabularies."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    codes = printable[:]
-    n = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            codes.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(printable, codes, strict=True)}
-
-
 class TokenTable:
     """Per-tokenizer facts the simulator needs fast: each id's bytes, and bytes -> id."""
 
@@ -55,7 +38,7 @@ class TokenTable:
         self.profile = profile
         vocab: dict[str, int] = tokenizer.get_vocab()
         special_ids = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
-        byte_decoder = _byte_decoder()
+        decoder = byte_decoder()
         size = max(vocab.values()) + 1
         self.token_bytes: list[bytes] = [b""] * size
         self.special: list[bool] = [False] * size
@@ -66,7 +49,7 @@ class TokenTable:
                 self.special[index] = True
                 continue
             try:
-                raw = bytes(byte_decoder[ch] for ch in token)
+                raw = bytes(decoder[ch] for ch in token)
             except KeyError:  # not a byte-level vocabulary entry
                 raw = decode(tokenizer, [index]).encode("utf-8")
             self.token_bytes[index] = raw

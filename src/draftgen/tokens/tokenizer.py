@@ -360,3 +360,12 @@ def tokenizer_digest(spec: str) -> str:
     digest.update(orjson.dumps(sorted(added.items())))
     digest.update(orjson.dumps(getattr(tokenizer, "chat_template", None)))
     return digest.hexdigest()
+
+
+@functools.cache
+def byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's ``bytes_to_unicode``: the byte of each character of a byte-level BPE
+    vocabulary's token strings."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
