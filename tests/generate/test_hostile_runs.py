@@ -245,7 +245,8 @@ def test_a_run_against_a_hostile_server_loses_nothing_and_stays_small(
 def test_max_cost_holds_against_a_server_whose_costs_are_false(tmp_path, baselines):
     """Three answers in four carry a usage.cost that is missing, a string, negative or 1e-9: the
     strings and negatives are refused (and bought again), the others counted at listed prices.
-    One request at a time, so the in-flight estimate does not stop the run early."""
+    One request at a time, without --max-tokens: each reserves what the dearest answer so far
+    cost."""
     rows = write_rows(tmp_path / "rows.jsonl")
     sim = start_hostile(tmp_path, "bad-cost", 0.75)
     limit = 0.004
@@ -268,7 +269,7 @@ def test_max_cost_holds_against_a_server_whose_costs_are_false(tmp_path, baselin
     counted = sum(p * config.prompt_price + c * config.completion_price for p, c in tokens)
     accepted = [t for t in truth if t.get("hostile") == "bad-cost" and not refused(t)]
     refusals = [t for t in truth if refused(t)]
-    assert 0 < len(got) < PROMPTS and len(accepted) >= 3
+    assert 0 < len(got) < PROMPTS and len(accepted) >= 2
     # What the server billed, refused answers included: the guard counts those at listed prices
     # too (before, they were not, and 28 answers were billed for $0.0103 under this cap).
     billed = sum(t["cost"] for t in truth)

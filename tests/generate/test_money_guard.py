@@ -291,8 +291,11 @@ def test_a_resume_after_a_stored_negative_cost_still_holds_the_cap(tmp_path, mon
     summary = run_against(provider, tmp_path, monkeypatch, concurrency=1, max_cost=0.005)
     # Before: spent started at $-1000, so the cap never held; now the row counts its tokens.
     assert summary.stopped == (
-        "reached --max-cost $0.0050: spent $0.0049 on 5 completions in this run directory; "
-        "raise --max-cost and rerun the same command to continue"
+        "reached --max-cost $0.0050: spent $0.004883 on 5 completions in this run directory "
+        "($0.00 as their usage.cost says, which draftgen status shows, and $0.004883 that "
+        "--max-cost counts beyond it: 5 completions whose usage.cost was not believed, counted "
+        "at the listed prices of test/model); raise --max-cost and rerun the same command to "
+        "continue"
     )
     assert provider.served == 5
     assert summary.counts["cost"] == 0.0  # status clamps the negative row too

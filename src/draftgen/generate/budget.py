@@ -1,5 +1,5 @@
-"""The spending limit of a run (``--max-cost``), checked before every attempt is sent, and what a
-completion counts against it: its ``usage.cost`` when believable, else its tokens at listed prices.
+"""The spending limit of a run (``--max-cost``): every attempt reserves its worst case before it is
+sent, and a completion counts its ``usage.cost`` when believable, else its tokens at listed prices.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import orjson
 
 from draftgen.backends.listing import listed_prices
 from draftgen.records import Completion
+from draftgen.redact import usd
 
 _log = logging.getLogger("draftgen.budget")
 
@@ -128,65 +129,181 @@ def answer_bytes(completion: Completion) -> int:
     return len(texts.encode("utf-8", "surrogatepass")) + len(calls)
 
 
-class SpendGuard:
-    """Refuses a new attempt once spend plus the in-flight estimate would pass the limit.
+@dataclass
+class Tally:
+    """What the completions of a run directory count against ``--max-cost`` (``CostCounter``),
+    what their ``usage.cost`` said (as ``draftgen status`` sums it: a negative one is 0), how
+    many there are, and the dearest one."""
 
-    The in-flight estimate is the mean cost of a completion so far times the requests in flight.
-    Until a first cost is known, one request at a time probes the price, so a first wave at high
-    concurrency cannot overshoot blindly. The client records each ``usage.cost``; the run adds
-    what a completion counts beyond it (``CostCounter``), so a server reporting no cost, or a
-    false one, is stopped all the same.
+    counted: float = 0.0
+    reported: float = 0.0
+    completions: int = 0
+    doubted: int = 0  # those whose usage.cost was not believed
+    dearest: float = 0.0
+
+
+def tally(counter: CostCounter, rows: Iterable[tuple]) -> Tally:
+    """The ``Tally`` of ``count`` argument rows (``Store.spend_rows``)."""
+    found = Tally()
+    for row in rows:
+        counted = counter.count(*row)
+        found.counted += counted
+        found.reported += max(row[0] or 0.0, 0.0)
+        found.completions += 1
+        found.doubted += counted != row[0]
+        found.dearest = max(found.dearest, counted)
+    return found
+
+
+class SpendGuard:
+    """``--max-cost``: every attempt reserves its worst case before it is sent, and is sent only
+    while what was spent, what the attempts in flight reserve and its own worst case stay within
+    the limit; an attempt that would pass it waits for the attempts in flight to settle, and
+    the run stops once even an attempt alone would pass it.
+
+    The worst case of an attempt (``worst_case``) is its ``max_tokens`` and its prompt (the
+    request's bytes, which bound its tokens) at the prices ``--max-cost`` counts by (listed,
+    else ``DEFAULT_PRICES``), so the limit holds whatever the server reports, at any
+    concurrency. Without ``max_tokens`` no answer's length is bounded before it comes: the
+    dearest answer so far stands in for the worst case, and until one is known a single attempt
+    is in flight. Once the attempt is over its reservation is released; the client records the
+    answer's ``usage.cost`` and the run adds what ``CostCounter`` counts beyond it (both before
+    any other attempt can be admitted), or what an answer refused for its usage is billed on.
     """
 
     def __init__(self, limit: float, spent: float = 0.0, completions: int = 0) -> None:
         self.limit = limit
-        self.spent = spent
+        self.spent = spent  # what --max-cost counts: reported costs, and more where not believed
+        self.reported = spent  # the completions' own usage.cost, as draftgen status sums it
         self.completions = completions
         self.refused = 0  # answers refused for their usage, billed all the same
-        self._probing = False
+        self.doubted = 0  # completions whose usage.cost was not believed
+        self.dearest = 0.0  # the most one answer counted
+        self.reserved = 0.0  # the worst cases of the attempts in flight
+        self.prices: Prices | None = None
+        self.max_tokens: int | None = None
+        self.reached = False  # an attempt was refused: the run stopped at the limit
+        self._last = 0.0  # what the last recorded completion counts so far
+        self._holding = 0  # attempts holding a reservation
+        self._waiters: list[asyncio.Future] = []
+
+    def begin(self, prices: Prices, max_tokens: int | None, stored: Tally) -> None:
+        """Count by ``prices``, reserve ``max_tokens`` for every attempt, and start from what the
+        run directory holds (``tally``)."""
+        self.prices = prices
+        self.max_tokens = max_tokens
+        self.spent, self.reported = stored.counted, stored.reported
+        self.completions, self.doubted = stored.completions, stored.doubted
+        self.dearest = stored.dearest
+        if max_tokens is None:
+            _log.info(
+                "--max-cost without --max-tokens: an answer's length is not known before it "
+                "comes, so each request reserves what the dearest answer so far cost and the "
+                "answers in flight may pass the limit by what they cost beyond it; give "
+                "--max-tokens for a limit that is never passed"
+            )
+
+    def worst_case(self, request_bytes: int) -> float | None:
+        """The most an attempt of ``request_bytes`` can cost at the counted prices; None
+        without ``max_tokens`` (or prices): its answer's length is not bounded."""
+        if self.prices is None or self.max_tokens is None:
+            return None
+        return self.prices.of(request_bytes, self.max_tokens)
 
     @asynccontextmanager
-    async def admit(self, in_flight: int) -> AsyncIterator[None]:
-        while self.billed == 0 and self._probing:
-            await asyncio.sleep(0.05)
-        if self.spent >= self.limit:
-            raise BudgetReached(self.sentence())
-        probe = self.billed == 0
-        if probe:
-            self._probing = True
-        elif self.spent + in_flight * self.mean_cost > self.limit:
-            raise BudgetReached(self.sentence())
+    async def admit(self, request_bytes: int) -> AsyncIterator[float]:
+        """Reserve the worst case of an attempt of ``request_bytes`` while it is in flight
+        (yields it); ``BudgetReached`` if even alone it could pass the limit."""
+        while True:
+            if self.spent >= self.limit:
+                raise self._reached()
+            worst = self.worst_case(request_bytes)
+            if worst is None:
+                # Unbounded: the dearest answer so far stands in, and before one is billed this
+                # attempt takes all the room left (one at a time).
+                worst = self.dearest if self.billed else self.limit - self.spent
+            if self.spent + worst > self.limit:
+                raise self._reached()
+            if not self._holding or self.spent + self.reserved + worst <= self.limit:
+                break
+            await self._wait()  # the attempts in flight settle: room, or the limit
+        self.reserved += worst
+        self._holding += 1
         try:
-            yield
+            yield worst
         finally:
-            if probe:
-                self._probing = False
+            self._holding -= 1
+            # Sums of floats drift: with nothing in flight nothing is reserved, exactly.
+            self.reserved = self.reserved - worst if self._holding else 0.0
+            self._wake()
+
+    async def _wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _reached(self) -> BudgetReached:
+        self.reached = True
+        return BudgetReached(self.sentence())
 
     @property
     def billed(self) -> int:
         """Answers the server billed: completions, and answers refused for their usage."""
         return self.completions + self.refused
 
-    @property
-    def mean_cost(self) -> float:
-        return self.spent / self.billed if self.billed else 0.0
-
     def record(self, cost: float) -> None:
+        """Count a completion at its reported ``usage.cost``."""
         self.spent += cost
+        self.reported += max(cost, 0.0)
         self.completions += 1
+        self._last = cost
+        self.dearest = max(self.dearest, cost)
 
     def add(self, amount: float) -> None:
-        """Count ``amount`` more for a completion already recorded (beyond its reported cost)."""
+        """Count ``amount`` more for the completion recorded last (beyond its reported cost:
+        ``CostCounter`` did not believe it)."""
         self.spent += amount
+        if amount > 0:
+            self.doubted += 1
+        self._last += amount
+        self.dearest = max(self.dearest, self._last)
 
     def add_refused(self, amount: float) -> None:
         """Count an answer refused for its usage that the server billed, at ``amount``."""
         self.spent += amount
         self.refused += 1
+        self.dearest = max(self.dearest, amount)
 
     def sentence(self) -> str:
+        """Why the run stopped, with what was spent as ``draftgen status`` shows it (and what
+        ``--max-cost`` counts beyond that, and why)."""
+        beyond = self.spent - self.reported
+        why = []
+        if self.doubted:
+            source = self.prices.source if self.prices is not None else "listed prices"
+            why.append(
+                f"{self.doubted} completions whose usage.cost was not believed, counted at {source}"
+            )
+        if self.refused:
+            why.append(f"{self.refused} answers refused for their usage, billed all the same")
+        counted = ""
+        if beyond > 0 and why:
+            counted = (
+                f" ({usd(self.reported)} as their usage.cost says, which draftgen status shows, "
+                f"and {usd(beyond)} that --max-cost counts beyond it: {' and '.join(why)})"
+            )
         return (
-            f"reached --max-cost ${self.limit:.4f}: spent ${self.spent:.4f} on "
-            f"{self.completions} completions in this run directory; raise --max-cost and rerun "
-            "the same command to continue"
+            f"reached --max-cost ${self.limit:.4f}: spent {usd(self.spent)} on "
+            f"{self.completions} completions in this run directory{counted}; raise --max-cost "
+            "and rerun the same command to continue"
         )

@@ -322,9 +322,10 @@ class ChatClient:
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
         one attempt in all (0 or None: none), ``max_response_bytes`` its answer.
-        ``max_retries`` bounds retries across the whole run; ``budget`` refuses attempts
-        that could pass a spending limit. With several endpoints, ``concurrency`` is the run's
-        total and ``endpoint_concurrency`` (or a spec's own) caps each; ``on_endpoint_event``
+        ``max_retries`` bounds retries across the whole run; ``budget`` reserves each
+        attempt's worst case, holding or refusing attempts that could pass a spending limit.
+        With several endpoints, ``concurrency`` is the run's total and ``endpoint_concurrency``
+        (or a spec's own) caps each; ``on_endpoint_event``
         hears (endpoint, "ejected" | "readmitted" | "removed", why); ``on_billed_refusal``
         hears (what it is billed on, the request's bytes) of each answer refused for its usage,
         which the server billed all the same (``--max-cost`` counts it). ``dead_start`` stops
@@ -405,7 +406,11 @@ class ChatClient:
                 if self._budget is None:
                     completion = await self._attempt(endpoint, body, stream)
                 else:
-                    async with self._budget.admit(self.router.in_flight):
+                    # Its worst case reserved; an attempt that waited for room may find the
+                    # run stopped meanwhile.
+                    async with self._budget.admit(len(body)):
+                        if self.stop_reason:
+                            raise RunStopped(self.stop_reason)
                         completion = await self._attempt(endpoint, body, stream)
                         self._budget.record(completion.cost)
             except ApiError as exc:

@@ -24,6 +24,7 @@ from draftgen.generate.budget import (
     SpendGuard,
     answer_bytes,
     find_prices,
+    tally,
 )
 from draftgen.generate.calibrate import Calibrator, left_out, renderer_question
 from draftgen.generate.client import (
@@ -174,6 +175,7 @@ class LiveGeneration:
     async def run(self) -> RunProgress:
         """Work every row, then close what the engine opened."""
         await self._run(self.produce(), calibrate=True)
+        self._settle_stop()
         return self.progress
 
     async def rebuy(self, spoiled: list[dict], allowance: float) -> Rebuys:
@@ -183,7 +185,15 @@ class LiveGeneration:
         self.rebuys.wanted = len(spoiled)
         self.progress.total_rows = len(spoiled)
         await self._run(self.produce_rebuys(spoiled, allowance))
+        self._settle_stop()
         return self.rebuys
+
+    def _settle_stop(self) -> None:
+        """A stop at ``--max-cost`` says what was spent once the answers in flight are counted
+        and stored, not as it was when the first attempt was refused."""
+        if self.budget is not None and self.budget.reached and self.progress.stopped:
+            if self.progress.stopped.startswith("reached --max-cost"):
+                self.progress.stopped = self.budget.sentence()
 
     async def _run(self, producer, calibrate: bool = False) -> None:
         try:
@@ -207,7 +217,8 @@ class LiveGeneration:
             return
         first = endpoint_specs(self.base_url)[0].url  # a fleet serves one model at one price
         self.costs = CostCounter(await find_prices(first, self.settings.model, self.api_key))
-        self.budget.spent, self.budget.completions = self.costs.total(self.store.spend_rows())
+        stored = tally(self.costs, self.store.spend_rows())
+        self.budget.begin(self.costs.prices, self.options.max_tokens, stored)
 
     async def close(self) -> None:
         """Close what the engine opened; the writer last, since closing waits for its commits."""
