@@ -113,29 +113,13 @@ class LiveGeneration:
         self.writer = store.open_writer()  # checks the store's file after every commit
         self.halted: StoreHalted | None = None  # the store took no more: the run's error
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=max(16, options.concurrency))
-        retry = RetryPolicy(max_attempts=options.max_attempts, base_delay=options.retry_base_delay)
         self.backend = ctx.backend
         self.stream = options.stream and self.backend.can_stream
         self.base_url, self.api_key = destination.base_url, destination.api_key
         # What earlier runs spent is counted by ``start_budget``, once the prices are known.
         self.budget = SpendGuard(options.max_cost) if options.max_cost is not None else None
         self.costs: CostCounter | None = None
-        self.client = ChatClient(
-            self.base_url,
-            self.api_key,
-            concurrency=options.concurrency,
-            retry=retry,
-            idle_timeout=options.idle_timeout,
-            attempt_timeout=options.attempt_timeout,
-            max_response_bytes=options.response_byte_cap(),
-            max_retries=options.max_retries,
-            budget=self.budget,
-            backend=self.backend,
-            endpoint_concurrency=options.endpoint_concurrency,
-            health=options.endpoint_health,
-            on_endpoint_event=self.writer.note_endpoint_event,
-            on_billed_refusal=self.count_refused,
-        )
+        self.client = self._client()
         self.stop = asyncio.Event()
         self.progress.watch(
             errors=self.client.stats.errors,
@@ -169,6 +153,29 @@ class LiveGeneration:
         self.routes: dict[str, str | None] = {}  # provider -> the route calibration asked it by
         self.tool_calibration: asyncio.Task | None = None
         self.asking = asyncio.Lock()  # calibration's later questions, one asker at a time
+
+    def _client(self) -> ChatClient:
+        """The run's HTTP client: its retries, timeouts, limits and budget from the options; the
+        endpoints' events and billed refusals reported to the writer and the budget."""
+        options = self.options
+        return ChatClient(
+            self.base_url,
+            self.api_key,
+            concurrency=options.concurrency,
+            retry=RetryPolicy(
+                max_attempts=options.max_attempts, base_delay=options.retry_base_delay
+            ),
+            idle_timeout=options.idle_timeout,
+            attempt_timeout=options.attempt_timeout,
+            max_response_bytes=options.response_byte_cap(),
+            max_retries=options.max_retries,
+            budget=self.budget,
+            backend=self.backend,
+            endpoint_concurrency=options.endpoint_concurrency,
+            health=options.endpoint_health,
+            on_endpoint_event=self.writer.note_endpoint_event,
+            on_billed_refusal=self.count_refused,
+        )
 
     # -- the run ---------------------------------------------------------------------------------
 
