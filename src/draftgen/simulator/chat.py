@@ -342,6 +342,22 @@ class ChatRoute:
                 "X-Generation-Id": gid,
             },
         )
+        return await self._stream_out(request, resp, req, served, fault, events, rng, end)
+
+    async def _stream_out(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        req: ChatRequest,
+        served: Served | None,
+        fault: str | None,
+        events: list[bytes],
+        rng: random.Random,
+        end: str | None,
+    ) -> web.StreamResponse:
+        """Open ``resp``, record what it delivers (billed) in the truth, send ``events`` and end
+        as ``end`` says ("stall": silence then a cut; "close": a cut; None: a clean end). The
+        chat route's streams and SGLang's /generate streams alike."""
         await resp.prepare(request)
         if served is not None and (fault is None or fault in DELIVERING_FAULTS):
             self.record(served, req)

@@ -16,7 +16,6 @@ import orjson
 from aiohttp import web
 
 from draftgen.simulator import wire
-from draftgen.simulator.config import DELIVERING_FAULTS
 from draftgen.simulator.exchange import ChatRequest, Host, RenderedPrompt
 from draftgen.simulator.exchange import close_connection as _close
 from draftgen.simulator.exchange import seeded_rng as _rng
@@ -280,16 +279,4 @@ class GenerateRoute:
         resp = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        await resp.prepare(request)
-        if served is not None and (fault is None or fault in DELIVERING_FAULTS):
-            sim.record(served, req)
-        try:
-            await sim._send(resp, events, rng)
-        except ConnectionError:
-            return resp
-        if end == "stall":
-            await sim._stall(request)
-            _close(request)
-        elif end == "close":
-            _close(request)
-        return resp
+        return await sim._stream_out(request, resp, req, served, fault, events, rng, end)
