@@ -589,9 +589,12 @@ def _openai_messages(value: object) -> list[dict]:
         if not isinstance(message, dict):
             raise RowError(f"{where} is not an object with 'role' and 'content'")
         role = message.get("role")
+        if not isinstance(role, str):  # a list or an object is no role (nor hashable)
+            given = "no role" if role is None else f"a role that is a JSON {_json_kind(role)}"
+            raise RowError(f"{where} has {given}; use one of system, user, assistant, tool")
         if role not in OPENAI_ROLES:
             raise RowError(
-                f"{where} has unknown role {role!r}; use one of system, user, assistant, tool"
+                f"{where} has unknown role {role[:40]!r}; use one of system, user, assistant, tool"
             )
         content = message.get("content")
         tool_calls = message.get("tool_calls")
