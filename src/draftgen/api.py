@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from draftgen.options import RunOptions
     from draftgen.outputs.export import ExportOptions, ExportSummary
     from draftgen.run.estimate import Estimate
-    from draftgen.run.pipeline import RunSummary
+    from draftgen.run.outcome import RunSummary
     from draftgen.run.providers import ProbeReport
     from draftgen.simulator import SimConfig
     from draftgen.store.merge import MergeSummary
@@ -50,7 +50,9 @@ __all__ = [
 # needs none of the run's engine (its HTTP client, endpoints, progress display) nor the simulator.
 _LAZY = {
     "RunOptions": "draftgen.options",
-    "RunSummary": "draftgen.run.pipeline",
+    "RunSummary": "draftgen.run.outcome",
+    # A run that worked every turn and stored nothing but failures (Run.execute raises it).
+    "NothingStored": "draftgen.run.outcome",
     "EstimateOptions": "draftgen.options",
     "Estimate": "draftgen.run.estimate",
     "MergeSummary": "draftgen.store.merge",
@@ -76,6 +78,13 @@ class Run:
     """One run of ``options``: generate what the run directory lacks, reconstruct, verify.
 
     Running the same options again resumes; nothing stored is requested twice.
+
+    How a run ends is decided here, the same for Python and the CLI (which only maps it to an
+    exit code): ``execute`` returns a ``RunSummary`` whose ``outcome`` is ``"complete"``,
+    ``"stopped"`` (``stopped`` says why, e.g. ``--max-cost``; exit 3) or ``"interrupted"``
+    (``signal`` says which; exit 128 + its number), and raises a ``DraftgenError`` when the run
+    failed: a ``RunError`` for a refusal or a stop (exit 2), ``NothingStored`` (a ``RunError``
+    carrying the summary) when every turn failed and no completion was stored.
     """
 
     def __init__(self, options: RunOptions) -> None:
@@ -88,9 +97,10 @@ class Run:
         return asyncio.run(self.execute_async())
 
     async def execute_async(self) -> RunSummary:
+        from draftgen.run.outcome import finished
         from draftgen.run.pipeline import run
 
-        return await run(self.options)
+        return finished(await run(self.options))
 
     def estimate(self) -> Estimate:
         """Prompt tokens, cost and time of this run before it spends anything. ``out`` is not
@@ -104,9 +114,10 @@ class Run:
         """This run as ``shards`` Ray tasks (``--shard I/N`` each, into ``out/shards/I``), merged
         into ``out``. ``address`` joins a running cluster; None starts a local Ray and stops it
         after. Needs ``pip install 'draftgen[ray]'``."""
+        from draftgen.run.outcome import finished
         from draftgen.run.ray_runner import run_on_ray
 
-        return run_on_ray(self.options, shards, address=address)
+        return finished(run_on_ray(self.options, shards, address=address))
 
 
 @dataclass(frozen=True)

@@ -363,26 +363,25 @@ def test_a_first_signal_stops_and_waits_a_second_abandons(tmp_path, capsys):
         engine.workers = [loop.create_task(asyncio.sleep(60)) for _ in range(2)]
         engine.producer = loop.create_task(asyncio.sleep(60))
         signals = SignalStop(engine, loop)
-        signals.on_signal()
+        signals.on_signal(signal.SIGTERM)
         await asyncio.sleep(0)
         after_first = (
             engine.progress.stopped,
+            engine.progress.signal,
             engine.client.stop_reason,
             engine.producer.cancelled(),
             [w.cancelled() for w in engine.workers],
         )
         first_words = capsys.readouterr().err
-        signals.on_signal()
+        signals.on_signal(signal.SIGINT)
         await asyncio.sleep(0)
         after_second = [w.cancelled() for w in engine.workers]
         return after_first, first_words, after_second, capsys.readouterr().err
 
     _, (after_first, first, after_second, second), _ = run_with(tmp_path, body)
-    assert after_first == ("interrupted", "interrupted", True, [False, False])
-    assert first == (
-        "draftgen: stopping; waiting up to 30 s for 0 requests in flight (Ctrl-C again to "
-        "abandon them)\n"
-    )
+    # The first signal is the one kept (SIGTERM: exit 143); with none in flight no wait is named.
+    assert after_first == ("interrupted", signal.SIGTERM, "interrupted", True, [False, False])
+    assert first == "draftgen: stopping; no request is in flight, so there is nothing to wait for\n"
     assert after_second == [True, True]
     assert second == "draftgen: abandoning the requests in flight\n"
 
@@ -407,10 +406,28 @@ def test_sigterm_stops_like_ctrl_c_and_the_grace_abandons(tmp_path, capsys):
     assert stopped == ("interrupted", False)
     assert abandoned is True
     assert capsys.readouterr().err == (
-        "draftgen: stopping; waiting up to 0 s for 0 requests in flight (Ctrl-C again to "
-        "abandon them)\n"
+        "draftgen: stopping; no request is in flight, so there is nothing to wait for\n"
     )
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_the_first_signal_names_the_requests_it_waits_for(tmp_path):
+    async def body(engine):
+        said = []
+        for in_flight in (1, 3):
+            engine.stop.clear()
+            engine.client.limiter.in_flight = in_flight
+            said.append(engine.on_first_signal())
+        engine.client.limiter.in_flight = 0
+        return said
+
+    _, said, _ = run_with(tmp_path, body)
+    assert said == [
+        "draftgen: stopping; waiting up to 30 s for 1 request in flight (Ctrl-C again to "
+        "abandon them)",
+        "draftgen: stopping; waiting up to 30 s for 3 requests in flight (Ctrl-C again to "
+        "abandon them)",
+    ]
 
 
 def test_a_row_the_stop_cuts_short_is_not_counted_as_worked(tmp_path):

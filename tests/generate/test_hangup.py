@@ -1,5 +1,6 @@
 """SIGHUP (a closed terminal or SSH session) stops a live run the way Ctrl-C and SIGTERM do:
-no new requests, the ones in flight stored, the summary printed, exit 130."""
+no new requests, the ones in flight stored, the summary printed, exit 128 + the signal's number
+(130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import SECRET, SimProcess, run_args, write_prompts
 
 TOKENIZER = "fixture:qwen3"
@@ -27,7 +29,12 @@ def stored_count(out) -> int:
         db.close()
 
 
-def test_sighup_stops_sending_stores_what_was_in_flight_and_prints_the_summary(tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGHUP, 129), (signal.SIGTERM, 143), (signal.SIGINT, 130)]
+)
+def test_a_signal_stops_sending_stores_what_was_in_flight_and_prints_the_summary(
+    tmp_path, signum, code
+):
     sim = SimProcess(tmp_path, TOKENIZER, extra=["--latency", "0.3"])
     try:
         inputs = write_prompts(tmp_path / "p.jsonl", 200, invalid=False)
@@ -50,9 +57,9 @@ def test_sighup_stops_sending_stores_what_was_in_flight_and_prints_the_summary(t
             except sqlite3.Error:
                 pass
             time.sleep(0.05)
-        process.send_signal(signal.SIGHUP)
+        process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=30)
-        assert process.returncode == 130, stderr
+        assert process.returncode == code, stderr
         assert "draftgen: stopping; waiting up to 30 s for" in stderr
         assert "interrupted; everything stored is kept and the same command resumes" in stderr
         assert stdout.startswith(f"run {out}\n")  # the summary

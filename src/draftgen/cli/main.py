@@ -22,7 +22,7 @@ from draftgen.options import setting_named
 from draftgen.redact import printable, redact
 
 EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); a run stopped by a signal exits 128 + its number
 EXIT_INTERNAL = 1  # a bug in draftgen: one line, the traceback with --log-level debug
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (status --json | head): 128 + SIGPIPE
 # The parser is made from the declarations in draftgen.options (draftgen.cli.parser).
@@ -58,7 +58,7 @@ def _main(argv: list[str]) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         _say_error("draftgen: interrupted; everything stored so far is kept")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader of stdout stopped (``status --json | head``): nothing is wrong, say nothing.
         _silence_stdout()
@@ -105,39 +105,32 @@ def _is_user_error(exc: Exception) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from draftgen.api import Run, RunOptions
+    from draftgen.api import NothingStored, Run, RunOptions
     from draftgen.cli.present import format_status
 
     args = _resolved(args, "run")
     run = Run(_options(RunOptions, args))
-    summary = run.execute() if args.ray is None else run.on_ray(args.ray, args.ray_address)
+    try:
+        summary = run.execute() if args.ray is None else run.on_ray(args.ray, args.ray_address)
+    except NothingStored as exc:  # the counts first, then the sentence, as for any run
+        print(format_status(exc.summary.counts, args.out))
+        raise
     print(format_status(summary.counts, args.out))
-    if summary.stopped == "interrupted":
+    return run_exit_code(summary)
+
+
+def run_exit_code(summary) -> int:
+    """The exit code of a run the library returned (``RunSummary.outcome``), its word said."""
+    if summary.outcome == "interrupted":
         print(
             "draftgen: interrupted; everything stored is kept and the same command resumes",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
-    if summary.stopped:
+        return 128 + signal.Signals[summary.signal_name]
+    if summary.outcome == "stopped":
         print(f"draftgen: stopped: {shown(summary.stopped)}", file=sys.stderr)
         return EXIT_STOPPED
-    if nothing_stored(summary.counts):
-        print(f"draftgen: {nothing_stored(summary.counts)}", file=sys.stderr)
-        return EXIT_ERROR
     return 0
-
-
-def nothing_stored(counts: dict) -> str:
-    """Why a run that ended with no completion stored but final failures is not a success ("" if
-    it stored something or had nothing to fail): such a run must never exit 0."""
-    failures = counts.get("failures") or {}
-    if counts.get("completions") or not failures:
-        return ""
-    reasons = ", ".join(f"{shown(str(reason))} {count}" for reason, count in failures.items())
-    return (
-        f"no completion was stored: all {sum(failures.values())} turns failed ({reasons}); "
-        "fix what the reasons say, and the same command retries them"
-    )
 
 
 def _resolved(args: argparse.Namespace, command: str) -> argparse.Namespace:

@@ -321,9 +321,13 @@ class LiveGeneration:
             self.producer.cancel()
         grace = self.options.shutdown_grace
         asyncio.get_running_loop().call_later(grace, self.abandon)
+        in_flight = self.client.limiter.in_flight
+        if not in_flight:
+            return "draftgen: stopping; no request is in flight, so there is nothing to wait for"
+        requests = "1 request" if in_flight == 1 else f"{in_flight} requests"
         return (
-            f"draftgen: stopping; waiting up to {grace:.0f} s for "
-            f"{self.client.limiter.in_flight} requests in flight (Ctrl-C again to abandon them)"
+            f"draftgen: stopping; waiting up to {grace:.0f} s for {requests} in flight "
+            "(Ctrl-C again to abandon them)"
         )
 
     def on_second_signal(self) -> str:

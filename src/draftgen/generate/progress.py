@@ -66,6 +66,7 @@ class RunProgress:
     clock: Callable[[], float] = time.monotonic
     started: float = -1.0
     stopped: str | None = None  # why the run stopped early, if it did
+    signal: int | None = None  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP), if one did
     rows_worked: int = 0  # rows that needed requests (not stored, not rejected)
     _recent: collections.deque = field(default_factory=collections.deque, repr=False)
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from draftgen.generate.progress import RunProgress
 
 
 class Interruptible(Protocol):
@@ -15,6 +18,7 @@ class Interruptible(Protocol):
     sentence that tells the user what happens now."""
 
     stop: asyncio.Event  # set once the engine sends nothing new
+    progress: RunProgress  # the first signal is kept in its ``signal`` (the exit status's)
 
     def on_first_signal(self) -> str: ...
 
@@ -37,16 +41,17 @@ class SignalStop:
 
     def install(self) -> None:
         for signum in self.SIGNALS:
-            self.loop.add_signal_handler(signum, self.on_signal)
+            self.loop.add_signal_handler(signum, self.on_signal, signum)
 
     def remove(self) -> None:
         for signum in self.SIGNALS:
             self.loop.remove_signal_handler(signum)
 
-    def on_signal(self) -> None:
+    def on_signal(self, signum: int) -> None:
         if self.engine.stop.is_set():
             self.say(self.engine.on_second_signal())
         else:
+            self.engine.progress.signal = signum
             self.say(self.engine.on_first_signal())
 
     @staticmethod

@@ -11,7 +11,6 @@ import contextlib
 import ipaddress
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -30,19 +29,13 @@ from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile
 from draftgen.reconstruct.background import BackgroundReconstruction
 from draftgen.run.context import RunContext
+from draftgen.run.outcome import RunSummary
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.run.rebuy import rebuy_spoiled
 from draftgen.store.database import DB_NAME, LOCK_NAME, REJECTED_NAME, Store
 from draftgen.tokens.tokenizer import tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
-
-
-@dataclass
-class RunSummary:
-    progress: RunProgress
-    counts: dict = field(default_factory=dict)
-    stopped: str | None = None  # why the run ended early: "interrupted" or a budget sentence
 
 
 def check_base_url(url: str, allow_insecure_http: bool) -> None:
@@ -272,14 +265,15 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
         _record_tokenizer_and_profile(ctx, store, profile)
         refused = False
         try:
-            progress, stopped = await _generate(ctx, store, destination, reconstruction)
+            progress, ending = await _generate(ctx, store, destination, reconstruction)
         finally:
             if simulator is not None:
                 await simulator.close()
         # A store deleted after the last commit would otherwise end the run "done" with its rows
         # in a file nothing can open again.
         store.identity.check(store.db)
-        return RunSummary(progress=progress, counts=store.counts(), stopped=stopped)
+        counts = store.counts()
+        return RunSummary(progress, counts, stopped=ending.stopped, signal=ending.signal)
     finally:
         if refused and new_store:
             _remove_unused(store, made)
@@ -326,9 +320,10 @@ async def _generate(
     store: Store,
     destination: Destination,
     reconstruction: BackgroundReconstruction,
-) -> tuple[RunProgress, str | None]:
+) -> tuple[RunProgress, RunProgress]:
     """The requests (live or batch) with reconstruction finished behind them, then the re-buys
-    of spoiled completions: the progress, and why the run stopped early (None: it did not)."""
+    of spoiled completions: the progress, and the progress of the stage that ended the run (the
+    re-buys' if they stopped it), whose ``stopped`` and ``signal`` say why."""
     try:
         progress = await choose_engine(ctx.options).generate(
             ctx, store, destination, reconstruction.generation_started
@@ -338,10 +333,9 @@ async def _generate(
             await reconstruction.finish(interrupted=True)
         raise
     await reconstruction.finish(interrupted=progress.stopped == "interrupted")
-    stopped = progress.stopped
-    if stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
-        stopped = bought[1].stopped
-    return progress, stopped
+    if progress.stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
+        return progress, bought[1]
+    return progress, progress
 
 
 # The files a run's store makes in its directory (SQLite's beside its database).

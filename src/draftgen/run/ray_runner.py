@@ -14,7 +14,8 @@ from pathlib import Path
 
 from draftgen.generate.progress import RunProgress
 from draftgen.inputs.shard import Shard
-from draftgen.run.pipeline import RunError, RunOptions, RunSummary, run
+from draftgen.run.outcome import RunSummary
+from draftgen.run.pipeline import RunError, RunOptions, run
 from draftgen.store.database import DB_NAME, Store
 from draftgen.store.merge import merge_runs
 
