@@ -231,3 +231,57 @@ def test_a_pilot_that_routing_stops_names_the_routing_and_no_scratch_directory(
         "check [openrouter.provider]: its only/ignore/order leave no provider of this model"
     )
     assert "draftgen-estimate-" not in message and "resumes" not in message
+
+
+def test_the_time_is_at_least_one_request_s_generation(tmp_path):
+    # Before: 3 requests of up to 2,048 tokens at 30 tokens/s and 64 in flight were "0 s .. 3 s"
+    # (the tokens shared over 64 requests where there are 3).
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 3)]
+    given = options(tmp_path, inputs, max_tokens=2048, tokens_per_second=30.0)
+    given.concurrency = 64
+    result = asyncio.run(estimate(given))
+    assert result.requests == 3
+    assert (result.seconds_low, result.seconds_high) == (0.0, pytest.approx(2048 / 30))
+    assert "time               0 s .. 68 s at 64 in flight, 30.0 tokens/s each" in format_estimate(
+        result
+    )
+
+
+def test_a_conversation_s_turns_are_timed_one_after_another(tmp_path):
+    path = tmp_path / "m.jsonl"
+    messages = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "q2"},
+    ]
+    path.write_text(json.dumps({"id": "m", "messages": messages}) + "\n")
+    result = asyncio.run(estimate(options(tmp_path, [path], max_tokens=300)))
+    # Two turns, 4 in flight: the second waits for the first's answer.
+    assert result.requests == 2
+    assert result.seconds_high == pytest.approx(2 * 300 / result.tokens_per_second)
+
+
+def test_a_simulated_estimate_is_priced_as_a_simulated_run_is_charged(tmp_path):
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 3)]
+    result = asyncio.run(estimate(options(tmp_path, inputs, simulate=True, max_tokens=100)))
+    config = SimConfig(tokenizer=TOKENIZER)
+    assert (result.price_in, result.price_out) == (config.prompt_price, config.completion_price)
+    assert result.price_source == "the built-in simulator"
+    assert result.cost_low == pytest.approx(result.prompt_tokens * config.prompt_price)
+    assert result.cost_high == pytest.approx(
+        result.prompt_tokens * config.prompt_price + 300 * config.completion_price
+    )
+    discount = config.batch_discount
+    assert result.batch_price_in == pytest.approx(config.prompt_price * discount)
+    assert result.batch_price_out == pytest.approx(config.completion_price * discount)
+    assert not any("prices" in note for note in result.notes)
+
+
+def test_a_pilot_without_an_endpoint_says_so_in_a_sentence(tmp_path):
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 3)]
+    with pytest.raises(EstimateError) as info:
+        asyncio.run(estimate(options(tmp_path, inputs, pilot=2)))
+    # Before: "the pilot of 2 prompts no endpoint given: pass --base-url ...".
+    assert str(info.value).startswith(
+        "the pilot of 2 prompts could not run: no endpoint given: pass --base-url "
+    )

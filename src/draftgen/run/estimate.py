@@ -108,7 +108,7 @@ async def estimate(options: RunOptions) -> Estimate:
             "no --max-tokens and no --pilot: output length unknown, so cost covers prompts only"
         )
     await find_prices(options, result)
-    _price_and_time(options, result)
+    _price_and_time(result)
     await find_providers(options, result)
     if options.max_cost is not None and (result.cost_high or 0) > options.max_cost:
         result.notes.append(
@@ -179,8 +179,11 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
         try:
             summary = await run(_as_run_options(pilot_options))
         except RunError as exc:
-            # The pilot's directory goes with it: no resume to promise.
-            raise EstimateError(f"the pilot of {options.pilot} prompts {exc.reason}") from None
+            # The pilot's directory goes with it: no resume to promise, so the reason alone.
+            said = (
+                exc.reason if exc.reason.startswith("stopped: ") else f"could not run: {exc.reason}"
+            )
+            raise EstimateError(f"the pilot of {options.pilot} prompts {said}") from None
         with Store(Path(scratch), create=False) as store:
             rows = [
                 (row["completion_tokens"], row["latency"])
@@ -234,7 +237,11 @@ def _run_fields(options: RunOptions) -> dict:
 
 
 async def find_prices(options: EstimateOptions, result: Estimate) -> None:
-    """Prices per token from the endpoint's listing, else from the flags (USD per million)."""
+    """Prices per token from the endpoint's listing (the built-in simulator's own under
+    ``--simulate``, which ``run --simulate`` is charged), else from the flags (USD per million)."""
+    if options.simulate:
+        simulator_prices(result)
+        return
     if options.base_url is not None:
         listed = await listed_prices(
             _urls(options.base_url)[0], options.model, os.environ.get(options.api_key_env)
@@ -253,6 +260,18 @@ async def find_prices(options: EstimateOptions, result: Estimate) -> None:
         result.price_source = "flags"
     else:
         result.notes.append("no prices: pass --price-in and --price-out (USD per million tokens)")
+
+
+def simulator_prices(result: Estimate) -> None:
+    """The prices the built-in simulator lists and charges (its ``:batch`` entry at its batch
+    discount), as ``run --simulate`` pays them."""
+    from draftgen.simulator.config import SimConfig
+
+    result.price_in, result.price_out = SimConfig.prompt_price, SimConfig.completion_price
+    result.price_source = "the built-in simulator"
+    result.batch_price_in = SimConfig.prompt_price * SimConfig.batch_discount
+    result.batch_price_out = SimConfig.completion_price * SimConfig.batch_discount
+    result.batch_price_source = "the built-in simulator"
 
 
 async def find_batch_price(options: EstimateOptions, result: Estimate) -> None:
@@ -327,7 +346,7 @@ def routed(prefs: dict | None, provider: str | None, tag: str | None) -> bool:
     return (not only or bool(names & only)) and not names & ignore
 
 
-def _price_and_time(options: EstimateOptions, result: Estimate) -> None:
+def _price_and_time(result: Estimate) -> None:
     if result.price_in is not None and result.price_out is not None:
         prompt_cost = result.prompt_tokens * result.price_in
         result.cost_low = prompt_cost + (result.output_low or 0) * result.price_out
@@ -338,9 +357,16 @@ def _price_and_time(options: EstimateOptions, result: Estimate) -> None:
         result.batch_cost_low = prompt_cost + (result.output_low or 0) * result.batch_price_out
         if result.output_high is not None:
             result.batch_cost_high = prompt_cost + result.output_high * result.batch_price_out
-    if result.output_high is not None and result.tokens_per_second > 0:
-        # Requests in flight each produce tokens_per_second: the run's output rate is that
-        # times the concurrency (a bound: rate limits and long prompts only slow it down).
-        rate = result.tokens_per_second * options.concurrency
-        result.seconds_low = (result.output_low or 0) / rate
-        result.seconds_high = result.output_high / rate
+    if result.output_high is not None and result.tokens_per_second > 0 and result.requests:
+        result.seconds_low = generation_seconds(result, result.output_low or 0)
+        result.seconds_high = generation_seconds(result, result.output_high)
+
+
+def generation_seconds(result: Estimate, output_tokens: int) -> float:
+    """How long ``output_tokens`` over the run's requests take to generate: each request makes
+    ``tokens_per_second``, at most ``concurrency`` at once, in waves of equal requests; a
+    conversation's turns follow each other, so there are at least as many waves as its turns
+    (a bound: rate limits and long prompts only slow it down)."""
+    per_request = output_tokens / result.requests / result.tokens_per_second
+    waves = max(math.ceil(result.requests / max(result.concurrency, 1)), result.batch_rounds)
+    return waves * per_request
