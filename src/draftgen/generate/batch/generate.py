@@ -50,7 +50,7 @@ from draftgen.inputs.plan import (
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings
 from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
-from draftgen.store.batch_timing import timing_text
+from draftgen.store.batch_timing import batch_rounds, timing_text
 from draftgen.store.database import REJECTED_NAME, SampleTally, Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 
@@ -349,7 +349,6 @@ class BatchRun:
 
     async def _submit_round(self) -> None:
         """Send every turn that is ready now, in batches of at most ``--batch-size`` rows."""
-        self.progress.round += 1
         self.progress.rejected = 0
         self.budget_blocked = False
         live = self.ledger.live_keys()
@@ -507,6 +506,9 @@ class BatchRun:
         self.progress.rows_in_flight = figures["rows_in_flight"]
         self.progress.timing = timing_text(figures["timing"])
         self.progress.billed_without_rows = figures["timing"]["billed_without_rows"]
+        # The round as the report counts it (a pass that sends nothing new starts none).
+        sent = batch_rounds(self.ledger.db, time.time())
+        self.progress.round = sent[-1]["round"] if sent else 0
         return live
 
     async def _poll_until_change(self) -> None:
