@@ -139,10 +139,16 @@ def write_export(store: Store, fmt: str, out: Path, options: ExportOptions) -> E
             f"--out {out} is a directory and --format {fmt} writes one file: name the file, "
             f"e.g. {out / spec.example}"
         )
+    _check_not_the_run(store, out)
     if one_file and not force and out.exists() and not is_export_of(store, out, fmt):
         raise ExportError(
             f"--out {out} exists and is not an earlier export of this run: choose a new "
             "--out, or pass --force to replace it"
+        )
+    if not one_file and not force and out.exists() and not _is_saved_dataset(out):
+        raise ExportError(
+            f"--out {out} exists and is not a saved dataset: choose a new --out, or pass "
+            "--force to replace it"
         )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -467,10 +473,6 @@ def _save_dataset(
             "install datasets"
         ) from None
     datasets.disable_progress_bars()
-    if out.exists() and not _is_saved_dataset(out):
-        raise ExportError(
-            f"{out} exists and is not a saved dataset; choose a new --out or remove it first"
-        )
     if (out / "hidden_states").is_dir() and not options.force:
         raise ExportError(
             f"{out} holds hidden_states/ (speculators' hidden states of its rows), which "
@@ -505,6 +507,19 @@ def _save_dataset(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return written
+
+
+def _check_not_the_run(store: Store, out: Path) -> None:
+    """Refuse an ``--out`` that --force would make replace the run itself: its directory (or
+    one holding it) or one of the store's own files (``draftgen.*`` beside the database)."""
+    run_dir, target = store.run_dir.resolve(), out.resolve()
+    if run_dir.is_relative_to(target) or (
+        target.parent == run_dir and target.name.startswith("draftgen.")
+    ):
+        raise ExportError(
+            f"--out {out} would replace the run in {store.run_dir} itself: choose a --out "
+            "that is neither the run directory, a folder holding it, nor its draftgen.* files"
+        )
 
 
 def _is_saved_dataset(path: Path) -> bool:
