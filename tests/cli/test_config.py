@@ -70,9 +70,11 @@ def test_init_writes_an_example_that_runs_against_the_simulator(tmp_path, monkey
     assert cli.main(["init", "--force"]) == 0
     assert (tmp_path / "draftgen.toml").read_text() == text
     prompts(tmp_path / "prompts.jsonl", 5)
-    # The example names the real Kimi tokenizer; offline, a flag puts the fixture over it. It
-    # names no endpoint: the simulator is chosen by a flag.
-    assert cli.main(["run", "--tokenizer", TOKENIZER, "--concurrency", "4", "--simulate"]) == 0
+    # The example's tokenizer works offline (issue #35: it named a hub id, so a run right after
+    # init failed without network). It names no endpoint: the simulator is chosen by a flag.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert 'tokenizer = "fixture:kimi-k2.5"' in text.splitlines()
+    assert cli.main(["run", "--concurrency", "4", "--simulate"]) == 0
     db = sqlite3.connect(tmp_path / "runs" / "kimi-k2.5" / "draftgen.sqlite")
     ids = sorted(row[0] for row in db.execute("SELECT source_id FROM completions"))
     assert ids == [f"chat/r{i}" for i in range(5)]

@@ -417,7 +417,10 @@ EXAMPLE = """\
 # ./draftgen.toml by itself; --config FILE names another, --no-config skips it.
 
 model = "moonshotai/kimi-k2.5"  # the model id sent to the API
-tokenizer = "moonshotai/Kimi-K2.5"  # the target's tokenizer: local dir, hub id or fixture:NAME
+# The target's tokenizer: local dir, hub id or fixture:NAME. The fixture (draftgen[test]) works
+# offline, for trying this file with --simulate; for real data use the model's own, e.g.
+# "moonshotai/Kimi-K2.5" (a hub id) or the directory of a downloaded copy.
+tokenizer = "fixture:kimi-k2.5"
 out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 
 # Where requests go, one of two: an endpoint (or [[backend.endpoints]] below), e.g. OpenRouter ...
