@@ -71,9 +71,18 @@ def test_a_listing_with_hostile_names_is_printed_defused(capsys):
         assert "Evil\\x1b[2J\\x1b]0;owned\\x07" in out
         assert "$0.4/?" in out  # a price that is not a number is "?"
         line = out.splitlines()[-1].split()
-        assert line[-4:] == ["$0.4/?", "fp8", "?", "0"]  # context "131072" (a string) is "?"
+        # Context "131072" (a string) is "?"; status 0 is OpenRouter's "up" (shown as a bare
+        # "0" before, issue #35).
+        assert line[-4:] == ["$0.4/?", "fp8", "?", "up"]
         code, out, _ = providers(capsys, "--base-url", server.base_url, "--json")
         assert code == 0 and json.loads(out)[0]["provider"] == "Evil\x1b[2J\x1b]0;owned\x07"
+
+
+def test_a_listed_status_is_shown_in_words():
+    from draftgen.cli.present import endpoint_status
+
+    shown = [endpoint_status(v) for v in (0, 3, -1, None, "online", "\x1b[2J")]
+    assert shown == ["up", "up", "degraded (-1)", "?", "online", "\\x1b[2J"]
 
 
 def test_listing_errors_are_one_sentence_and_exit_2(capsys):

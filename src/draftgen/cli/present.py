@@ -505,6 +505,14 @@ def _shown(value: object) -> str:
     return "?" if value is None else printable(value)
 
 
+def endpoint_status(status: int | str | None) -> str:
+    """A listed endpoint's status in words: OpenRouter's number is 0 when the endpoint is up and
+    below 0 when it is degraded (a bare 0 read as an error count or an HTTP status)."""
+    if isinstance(status, int):
+        return "up" if status >= 0 else f"degraded ({status})"
+    return _shown(status)
+
+
 def _per_million(price: float | None) -> str:
     return "?" if price is None else f"${price * 1e6:.4g}"
 
@@ -520,7 +528,7 @@ def format_providers(endpoints: list[dict], model: str) -> str:
             f"{_per_million(e['prompt_price'])}/{_per_million(e['completion_price'])}",
             _shown(e["quantization"]),
             _shown(e["context_length"]),
-            _shown(e["status"]),
+            endpoint_status(e["status"]),
         ]
         for e in endpoints
     ]
