@@ -106,3 +106,16 @@ def test_a_control_character_in_a_reason_is_escaped_by_the_cli(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert code == 2
     assert "\x1b" not in err and "all 1 turns failed (\\x1b[31mx 1)" in err
+
+
+def test_a_run_without_a_directory_is_refused_by_the_library_too(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", 2, invalid=False)
+    options = RunOptions(
+        inputs=[str(prompts)], model="test/model", tokenizer="fixture:kimi-k2.5", simulate=True
+    )
+    # Before: AttributeError ('NoneType' object has no attribute 'parents'), an internal error.
+    with pytest.raises(DraftgenError) as raised:
+        Run(options).execute()
+    assert str(raised.value) == (
+        "no run directory given: pass out= (--out, or out = ... in draftgen.toml)"
+    )

@@ -227,6 +227,8 @@ def _merged_sources(recorded: str | None, probed: list[ProbeResult], builtin: bo
 
 
 async def run(options: RunOptions) -> RunSummary:
+    if options.out is None:  # refused by the CLI before it gets here; a Python caller too
+        raise RunError("no run directory given: pass out= (--out, or out = ... in draftgen.toml)")
     ctx = RunContext.build(options)
     reconstruction = BackgroundReconstruction(
         options.out, options.tokenizer, options.profile, ctx.expected_chars
