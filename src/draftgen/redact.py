@@ -3,7 +3,8 @@ dollar amounts shown alike everywhere.
 
 A key given in the wrong place (a mistyped flag, a variable name, a config value) must never be
 printed back; ``redact`` replaces key-shaped text with ``***`` wherever it appears, and
-``described`` names a value that could be a key by its length only. Text a server sent (a
+``described`` names a value that could be a key by its length only; ``key_shaped`` and
+``url_credentials`` say what a setting is refused for. Text a server sent (a
 finish reason, a provider name, an error) goes through ``printable`` before a terminal sees it.
 """
 
@@ -13,6 +14,7 @@ import math
 import os
 import re
 from collections import Counter
+from urllib.parse import parse_qsl, urlsplit
 
 MASK = "***"
 # Key shapes with a known prefix: OpenAI/OpenRouter/Anthropic ``sk-``, Hugging Face ``hf_``,
@@ -50,6 +52,36 @@ def looks_random(token: str) -> bool:
     counts = Counter(token)
     entropy = -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
     return entropy >= MIN_ENTROPY
+
+
+def key_shaped(text: str) -> bool:
+    """Whether ``text`` holds a key as ``redact`` sees one: what is masked when printed is what a
+    setting is refused for, so no value that could be a key is ever written to a run."""
+    return redact(text) != text
+
+
+# Query parameters that carry a credential (``?key=...``, ``&api_key=...``, ``?token=...``).
+URL_SECRET_PARAMETERS = frozenset(
+    {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "password", "secret"}
+)
+
+
+def url_credentials(text: str) -> str | None:
+    """What credential the URL ``text`` carries, named without its value ("a user name or
+    password before its host", "the token= query parameter"); None for a URL without one, or for
+    text that is no URL."""
+    if "://" not in text:
+        return None
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # a malformed IPv6 host: no URL to find credentials in
+        return None
+    if "@" in parts.netloc:
+        return "a user name or password before its host"
+    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if name.lower() in URL_SECRET_PARAMETERS:
+            return f"the {name.lower()}= query parameter"
+    return None
 
 
 def redact(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:

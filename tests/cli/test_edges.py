@@ -78,6 +78,19 @@ def test_a_key_given_as_the_tokenizer_is_never_shown_nor_sent(tmp_path, value):
     result = offline_estimate(tmp_path, value)
     assert result.returncode == 2
     assert value not in result.stdout + result.stderr
+    # Refused with every other setting that holds a key, before a tokenizer is looked for.
+    assert result.stderr == (
+        "draftgen: --tokenizer (tokenizer in draftgen.toml) holds a value shaped like an API key "
+        "(not shown), and draftgen writes no key into a run; check what was given there, and "
+        "keep the key in the environment variable --api-key-env names\n"
+    )
+
+
+def test_a_long_value_that_is_no_hub_id_is_never_shown_nor_sent(tmp_path):
+    value = "abcdefghijklmnopqrstuvwxyzabcdefghijklmn"  # not key-shaped, yet no ORG/NAME
+    result = offline_estimate(tmp_path, value)
+    assert result.returncode == 2
+    assert value not in result.stdout + result.stderr
     assert result.stderr == (
         f"draftgen: the tokenizer given is a {len(value)}-character value that is no directory, "
         "hub id or fixture and may be a key (not shown, not sent to the hub); pass a local "

@@ -10,6 +10,7 @@ run settings (``--config``, ``--ray``, ``estimate --json``) are declared in ``CO
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from draftgen.options.checks import (  # noqa: F401
     _kind_of,
     _shard,
     checked_text,
+    secret_problem,
 )
 from draftgen.options.registries import (  # noqa: F401
     backend_names,
@@ -140,6 +142,17 @@ class Setting:
         """How messages name the setting: its flag, else its key."""
         return self.flag or self.key
 
+    @property
+    def named(self) -> str:
+        """How a refusal names the setting wherever it was given: its flag and its key in
+        draftgen.toml ("--model (model in draftgen.toml)")."""
+        if self.toml:
+            key = f"{self.table}.{self.key}" if self.table else self.key
+            return f"{self.flag} ({key} in draftgen.toml)" if self.flag else key
+        if self.flag is None and self.help.startswith("["):  # a table the config reader builds
+            return f"RunOptions.{self.name} ({self.help} in draftgen.toml)"
+        return self.spelled
+
     def shown_default(self) -> str:
         """The default as ``--help`` says it: 300.0 as 300, 0.5 as 0.5."""
         value = self.default
@@ -169,6 +182,9 @@ class Setting:
         """What is wrong with ``value`` given from Python, as the CLI says it; None if nothing."""
         if value is None:  # not given: a setting without a default may be left so
             return None if self.default is None else self._kind_problem(value)
+        if self.required and isinstance(value, str) and not value.strip():
+            # An empty model would be sent with every request and every turn refused for it.
+            return f"{self.named} is empty; give its value, a run cannot go without it"
         if self.many:
             if not isinstance(value, list):
                 return f"{self.spelled} must be a list, not {_kind_of(value)}"
@@ -667,8 +683,14 @@ class RunOptions:
     def check(self, command: str | None = None) -> None:
         """Every setting's value as the CLI checks its flag, and what ``command`` ("run")
         cannot go without; OptionError with the CLI's sentence."""
+        key_variable = self.api_key_env if isinstance(self.api_key_env, str) else ""
+        key = os.environ.get(key_variable) if key_variable else None
         for declared in settings_of(type(self)):
             value = getattr(self, declared.name)
+            # First, so that no later sentence can name the value.
+            secret = secret_problem(declared.named, value, key_variable, key)
+            if secret:
+                raise OptionError(secret)
             if command in declared.required and value is None:
                 needed = f"RunOptions.{declared.name} is needed"
                 raise OptionError(f"no {declared.spelled} given: {needed}")

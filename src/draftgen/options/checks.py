@@ -4,13 +4,15 @@ share, each failing with the CLI's one sentence (``OptionError``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from draftgen.errors import DraftgenError
-from draftgen.redact import NUMBER, described
+from draftgen.redact import NUMBER, described, key_shaped, url_credentials
 
 if TYPE_CHECKING:
     from draftgen.inputs.shard import Shard
@@ -43,6 +45,59 @@ NON_NEGATIVE = Check(lambda v: v >= 0, "is not a whole number of 0 or more")
 TEMPERATURE = Check(lambda v: 0 <= v <= 2, "is not within 0..2 (OpenRouter's range)")
 UNIT = Check(lambda v: 0 < v <= 1, "is not within 0 < P <= 1")
 SHARE = Check(lambda v: 0 <= v <= 1, "is not a share within 0..1")
+
+
+# -- secrets: no value that could be a key is taken, so none is ever written to a run -----------
+
+NO_KEY_WRITTEN = "and draftgen writes no key into a run"
+
+
+def secret_problem(named: str, value: object, key_variable: str, key: str | None) -> str | None:
+    """Why ``value`` (the setting ``named``, with every string inside it) cannot be taken: it is
+    shaped like a key, holds ``key`` (the value of ``key_variable``) or is a URL carrying
+    credentials. None if it is none of these; the sentence never shows the value."""
+    for text in _texts(value):
+        if key and (text == key or (len(key) >= MIN_KEY_INSIDE and key in text)):
+            return (
+                f"{named} holds the API key itself (the value of {key_variable}, not shown), "
+                f"{NO_KEY_WRITTEN}; check what was given there"
+            )
+        carried = url_credentials(text)
+        if carried is not None:
+            return (
+                f"{named} is a URL carrying credentials ({carried}, not shown), {NO_KEY_WRITTEN}; "
+                "give the URL without them and the key in the environment variable --api-key-env "
+                "names"
+            )
+        if key_shaped(text):
+            return (
+                f"{named} holds a value shaped like an API key (not shown), {NO_KEY_WRITTEN}; "
+                "check what was given there, and keep the key in the environment variable "
+                "--api-key-env names"
+            )
+    return None
+
+
+# A key this long is looked for inside values too (a path or URL holding it); a shorter one only
+# as a whole value, where "k" would otherwise be found in almost anything.
+MIN_KEY_INSIDE = 12
+
+
+def _texts(value: object) -> Iterator[str]:
+    """Every string a setting's value holds: itself, a path, the items of a list and the keys and
+    values of a table, and the fields of a value such as a dataset or an endpoint."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (str, PurePath)):
+            yield str(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            pending.extend(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            pending.extend(getattr(item, f.name) for f in dataclasses.fields(item))
 
 
 def _env_name(text: str) -> str:
