@@ -39,6 +39,26 @@ def test_the_worst_case_is_max_tokens_and_the_request_bytes_at_the_counted_price
     assert guard(1.0, max_tokens=None).worst_case(24) is None
 
 
+def test_without_max_tokens_the_listings_longest_answer_is_reserved(caplog):
+    """Before, without --max-tokens the dearest answer so far stood in, and the answers in
+    flight passed the limit (+6.3 % at concurrency 16); now the listing's longest answer is
+    reserved, so no attempt is sent that could pass it, and the run says so as it starts."""
+    listed = Prices(PRICE, PRICE, True, "the listed prices of test/model", most_tokens=4000)
+    spend = SpendGuard(1.0)
+    with caplog.at_level("INFO", logger="draftgen.budget"):
+        spend.begin(listed, None, Tally())
+    assert spend.worst_case(24) == (24 + 4000) * PRICE
+    assert spend.worst_case(24) == (24 + 4000) * PRICE
+    assert caplog.messages == [
+        "--max-cost without --max-tokens: each request reserves the longest answer the listing "
+        "allows (4,000 tokens) at the listed prices of test/model, so the limit is never passed; "
+        "--max-tokens reserves less and sends more requests at once"
+    ]
+    # --max-tokens, when given, is what is reserved.
+    spend.begin(listed, 100, Tally())
+    assert spend.worst_case(24) == (24 + 100) * PRICE
+
+
 def test_attempts_beyond_the_room_wait_for_those_in_flight_and_none_passes_the_limit():
     """Forty attempts at once, each answer costing anything up to its worst case (the server
     says what it likes within max_tokens): what is spent never passes the limit."""
@@ -85,8 +105,8 @@ def test_an_attempt_that_could_pass_the_limit_alone_stops_the_run():
         asyncio.run(go())
     assert spend.reached and spend.reserved == 0
     assert str(caught.value) == (
-        "reached --max-cost $0.0010: spent $0.00009537 on 1 completions in this run directory; "
-        "raise --max-cost and rerun the same command to continue"
+        "reached --max-cost $0.0010: spent $0.00009537 on 1 completions in this run directory, "
+        "as draftgen status shows; raise --max-cost and rerun the same command to continue"
     )
 
 
@@ -113,14 +133,17 @@ def test_the_stop_line_says_what_status_shows_and_what_is_counted_beyond_it():
     counter = CostCounter(LISTED)
     rows = [(2.0**-10, 512, 512, None, None), (0.0, 512, 512, None, None)]
     spend = SpendGuard(1.0)
-    spend.begin(LISTED, 100, tally(counter, rows))
+    # One answer refused for its usage kept by an earlier run, one refused in this one.
+    spend.begin(LISTED, 100, tally(counter, rows), refused=(1, 2.0**-11))
     spend.add_refused(2.0**-10)
+    # Before, the headline was what --max-cost counted ($0.002930) and status showed $0.0009766;
+    # now the headline is status's figure, refused answers included, and the rest is named.
+    assert spend.shown == 2.0**-10 + 2.0**-11 + 2.0**-10
     assert spend.sentence() == (
-        "reached --max-cost $1.0000: spent $0.002930 on 2 completions in this run directory "
-        "($0.0009766 as their usage.cost says, which draftgen status shows, and $0.001953 that "
-        "--max-cost counts beyond it: 1 completions whose usage.cost was not believed, counted "
-        "at the listed prices of test/model and 1 answers refused for their usage, billed all "
-        "the same); raise --max-cost and rerun the same command to continue"
+        "reached --max-cost $1.0000: spent $0.002441 on 2 completions and 2 answers refused for "
+        "their usage in this run directory, as draftgen status shows; --max-cost counts "
+        "$0.0009766 more: 1 completions whose usage.cost was not believed, counted at the "
+        "listed prices of test/model; raise --max-cost and rerun the same command to continue"
     )
 
 
@@ -162,21 +185,26 @@ def test_the_cap_holds_at_any_concurrency_counted_at_the_server(tmp_path, concur
     assert billed <= limit
     assert len(refused) >= 2 and billed > limit - 2 * 200 * 2.5e-6  # stopped near the cap
     status = json.loads(draftgen("status", str(out), "--json").stdout)
+    assert draftgen("report", str(out)).returncode == 0
+    report = json.loads((out / "report.json").read_text())
     last = result.stderr.strip().splitlines()[-1]
     # One figure: what --max-cost counted is what the server billed (to the line's 4 digits),
     # written once the answers in flight were stored; status's figure is named in it.
     said = re.fullmatch(
-        r"draftgen: stopped: reached --max-cost \$0\.0040: spent \$([0-9.]+) on (\d+) "
-        r"completions in this run directory \((\$[0-9.]+) as their usage\.cost says, which "
-        r"draftgen status shows, and \$[0-9.]+ that --max-cost counts beyond it: .*\b(\d+) answers "
-        r"refused for their usage, billed all the same\); raise --max-cost and rerun the same "
-        r"command to continue",
+        r"draftgen: stopped: reached --max-cost \$0\.0040: spent (\$[0-9.]+) on (\d+) "
+        r"completions and (\d+) answers refused for their usage in this run directory, as "
+        r"draftgen status shows; --max-cost counts \$([0-9.]+) more: \d+ completions whose "
+        r"usage\.cost was not believed, counted at the listed prices of test/model; raise "
+        r"--max-cost and rerun the same command to continue",
         last,
     )
     assert said, last
-    assert float(said[1]) == pytest.approx(billed, abs=2e-6)
-    assert (int(said[2]), said[3]) == (status["completions"], usd(status["cost"]))
-    assert int(said[4]) == len(refused)
+    # One figure: the stop line's, status's and the report's (before: the line said $0.0009
+    # while status said $0.002487); with what --max-cost counts beyond it, the server's bill.
+    assert said[1] == usd(status["cost"]) == usd(report["totals"]["cost"])
+    assert (int(said[2]), int(said[3])) == (status["completions"], len(refused))
+    assert status["refused_usage"]["answers"] == len(refused)
+    assert float(said[1][1:]) + float(said[4]) == pytest.approx(billed, abs=2e-6)
     print(
         f"bad-cost at concurrency {concurrency}, --max-cost ${limit}: billed {len(truth)} for "
         f"${billed:.6f} ({100 * (billed / limit - 1):+.1f}%), {status['completions']} stored; "

@@ -8,8 +8,9 @@ cannot be true -- into an ``ApiError`` that says whether to retry, slow down or 
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -36,12 +37,20 @@ class TokenPrompt:
 
 @dataclass(frozen=True)
 class Billed:
-    """What an answer refused for its ``usage`` is still billed on: its counts where they are
-    counts, and the bytes of the answer, which bound its tokens where they are not."""
+    """What an answer refused for its ``usage`` is still billed on (its counts and ``cost`` where
+    they are believable, and the bytes of the answer, which bound its tokens where they are
+    not), and what is kept of it: why it was refused, its ``usage`` as sent (JSON) and the
+    answer itself (the body, or a stream's folded message, as JSON)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
     answer_bytes: int
+    cost: float = 0.0  # its usage.cost where that is a finite number of dollars from 0 up
+    reason: str = ""
+    usage: str = ""
+    answer: bytes = b""
+    generation_id: str | None = None
+    provider: str | None = None
 
 
 @dataclass
@@ -173,7 +182,7 @@ def parse_completion(body: bytes) -> Completion:
         else None,
         finish_reason=_str_or_none(choice.get("finish_reason")),
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
-        usage=checked_usage(obj.get("usage"), len(body)),
+        usage=_usage_of(obj, body, len(body)),
         raw_message=message,
         logprob_bytes=logprob_bytes_of([choice.get("logprobs")]),
     )
@@ -306,12 +315,40 @@ class StreamAccumulator:
             tool_calls=self.tool_calls or None,
             finish_reason=self.finish_reason,
             native_finish_reason=self.native_finish_reason,
-            usage=checked_usage(self.usage, self.answer_bytes()),
+            usage=self._checked_usage(message),
             raw_message=message,
             logprob_bytes=logprob_bytes_of(self.logprobs) if self.logprobs else None,
         )
         _reject_empty(completion)
         return completion
+
+    def _checked_usage(self, message: dict) -> dict:
+        """``checked_usage`` of the stream's usage; a refusal keeps the folded answer."""
+        answer = {
+            "id": self.generation_id,
+            "provider": self.provider,
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+            "message": message,
+            "usage": self.usage,
+        }
+        return _usage_of(answer, None, self.answer_bytes())
+
+
+def _usage_of(answer: dict, body: bytes | None, answer_bytes: int) -> dict:
+    """``checked_usage`` of ``answer``'s usage; a refusal's ``Billed`` keeps the answer (``body``
+    as received, else ``answer`` as JSON), its id and provider."""
+    try:
+        return checked_usage(answer.get("usage"), answer_bytes)
+    except ApiError as error:
+        if error.billed is not None:
+            error.billed = replace(
+                error.billed,
+                answer=body if body is not None else _json_text(answer).encode(),
+                generation_id=_str_or_none(answer.get("id")),
+                provider=_str_or_none(answer.get("provider")),
+            )
+        raise
 
 
 # The counts a completion is stored with: SQLite's INTEGER holds 64 bits, but an answer's id
@@ -340,12 +377,23 @@ def checked_usage(usage: object, answer_bytes: int = 0) -> dict:
     try:
         return _checked_usage(usage)
     except ApiError as error:
+        cost = usage.get("cost")
+        believable = isinstance(cost, (int, float)) and not isinstance(cost, bool)
         error.billed = Billed(
             _count_or_none(usage, ("prompt_tokens",)),
             _count_or_none(usage, ("completion_tokens",)),
             answer_bytes,
+            float(cost) if believable and math.isfinite(cost) and cost >= 0 else 0.0,
+            error.message,
+            _json_text(usage),
         )
         raise
+
+
+def _json_text(value: object) -> str:
+    """``value`` as JSON whatever a server put in it (ints past 64 bits, NaN, lone surrogates):
+    kept as sent."""
+    return json.dumps(value, default=str)
 
 
 def _count_or_none(usage: dict, path: tuple[str, ...]) -> int | None:

@@ -37,6 +37,12 @@ async def listed_prices(
     base_url: str, model: str, api_key: str | None
 ) -> tuple[float, float] | str:
     """(prompt, completion) USD per token from ``GET {base_url}/models``, or why not."""
+    entry = await listed_model(base_url, model, api_key)
+    return entry if isinstance(entry, str) else prices_of(entry, model)
+
+
+async def listed_model(base_url: str, model: str, api_key: str | None) -> dict | str:
+    """``model``'s entry in ``GET {base_url}/models``, or why there are no listed prices."""
     url = base_url.rstrip("/") + "/models"
     try:
         status, body = await _get(url, api_key)
@@ -50,13 +56,29 @@ async def listed_prices(
         return f"GET {url} did not return a model listing: no listed prices"
     for entry in data if isinstance(data, list) else ():
         if isinstance(entry, dict) and entry.get("id") == model:
-            pricing = entry.get("pricing") if isinstance(entry.get("pricing"), dict) else {}
-            try:
-                # OpenRouter sends prices as decimal strings, USD per token.
-                return float(pricing["prompt"]), float(pricing["completion"])
-            except (KeyError, TypeError, ValueError):
-                return f"the listing of {model} has no prompt/completion pricing"
+            return entry
     return f"{model} is not in the listing at {url}: no listed prices"
+
+
+def prices_of(entry: dict, model: str) -> tuple[float, float] | str:
+    """(prompt, completion) USD per token of a listing's entry, or why not."""
+    pricing = entry.get("pricing") if isinstance(entry.get("pricing"), dict) else {}
+    try:
+        # OpenRouter sends prices as decimal strings, USD per token.
+        return float(pricing["prompt"]), float(pricing["completion"])
+    except (KeyError, TypeError, ValueError):
+        return f"the listing of {model} has no prompt/completion pricing"
+
+
+def completion_limit(entry: dict) -> int | None:
+    """The most tokens one answer of a listing's entry can have: its top provider's
+    ``max_completion_tokens``, else its context length (None if the listing names neither)."""
+    top = entry.get("top_provider") if isinstance(entry.get("top_provider"), dict) else {}
+    for value in (top.get("max_completion_tokens"), top.get("context_length")):
+        if (count := _count(value)) is not None and count > 0:
+            return count
+    count = _count(entry.get("context_length"))
+    return count if count else None
 
 
 # -- a model's providers -------------------------------------------------------------------------

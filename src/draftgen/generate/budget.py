@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from draftgen.backends.listing import listed_prices
+from draftgen.backends.listing import completion_limit, listed_model, prices_of
 from draftgen.records import Completion
 from draftgen.redact import usd
 
@@ -41,18 +41,23 @@ class Prices:
     completion: float
     listed: bool  # from the model listing; else draftgen's conservative default
     source: str  # for the warning: "the listed prices of M" or the default and why
+    # The most completion tokens one answer can have, as the listing says (None: not listed):
+    # what an attempt reserves without --max-tokens.
+    most_tokens: int | None = None
 
     def of(self, prompt_tokens: int, completion_tokens: int) -> float:
         return prompt_tokens * self.prompt + completion_tokens * self.completion
 
 
 async def find_prices(base_url: str, model: str, api_key: str | None) -> Prices:
-    """The model's prices from ``GET {base_url}/models`` (as ``estimate`` prices a run), else
-    ``DEFAULT_PRICES`` with the reason there are none."""
-    listed = await listed_prices(base_url, model, api_key)
+    """The model's prices and longest answer from ``GET {base_url}/models`` (as ``estimate``
+    prices a run), else ``DEFAULT_PRICES`` with the reason there are none."""
+    entry = await listed_model(base_url, model, api_key)
+    listed = entry if isinstance(entry, str) else prices_of(entry, model)
+    most = None if isinstance(entry, str) else completion_limit(entry)
     if isinstance(listed, tuple):
-        return Prices(*listed, True, f"the listed prices of {model}")
-    return Prices(*DEFAULT_PRICES, False, f"draftgen's default prices ({listed})")
+        return Prices(*listed, True, f"the listed prices of {model}", most)
+    return Prices(*DEFAULT_PRICES, False, f"draftgen's default prices ({listed})", most)
 
 
 def counted_cost(
@@ -161,14 +166,21 @@ class SpendGuard:
     the limit; an attempt that would pass it waits for the attempts in flight to settle, and
     the run stops once even an attempt alone would pass it.
 
-    The worst case of an attempt (``worst_case``) is its ``max_tokens`` and its prompt (the
-    request's bytes, which bound its tokens) at the prices ``--max-cost`` counts by (listed,
-    else ``DEFAULT_PRICES``), so the limit holds whatever the server reports, at any
-    concurrency. Without ``max_tokens`` no answer's length is bounded before it comes: the
-    dearest answer so far stands in for the worst case, and until one is known a single attempt
-    is in flight. Once the attempt is over its reservation is released; the client records the
-    answer's ``usage.cost`` and the run adds what ``CostCounter`` counts beyond it (both before
-    any other attempt can be admitted), or what an answer refused for its usage is billed on.
+    The worst case of an attempt (``worst_case``) is its ``max_tokens`` (without --max-tokens,
+    the listing's longest answer: ``Prices.most_tokens``) and its prompt (the request's bytes,
+    which bound its tokens) at the prices ``--max-cost`` counts by (listed, else
+    ``DEFAULT_PRICES``), so the limit holds whatever the server reports, at any concurrency.
+    Only where neither bounds an answer's length does the dearest answer so far stand in for
+    the worst case (until one is known, a single attempt is in flight), and the limit may be
+    passed: the run says so as it starts. Once the attempt is over its reservation is
+    released; the client records the answer's ``usage.cost`` and the run adds what
+    ``CostCounter`` counts beyond it (both before any other attempt can be admitted), or what
+    an answer refused for its usage is billed on.
+
+    What was spent is said as ``draftgen status`` and the report say it (``shown``): the
+    completions' own ``usage.cost`` and the refused answers' billed estimates; what
+    ``--max-cost`` counts beyond that (costs it did not believe, at listed prices) is named
+    apart in the stop line.
     """
 
     def __init__(self, limit: float, spent: float = 0.0, completions: int = 0) -> None:
@@ -177,6 +189,7 @@ class SpendGuard:
         self.reported = spent  # the completions' own usage.cost, as draftgen status sums it
         self.completions = completions
         self.refused = 0  # answers refused for their usage, billed all the same
+        self.refused_cost = 0.0  # what they are counted at (kept with them in the store)
         self.doubted = 0  # completions whose usage.cost was not believed
         self.dearest = 0.0  # the most one answer counted
         self.reserved = 0.0  # the worst cases of the attempts in flight
@@ -187,25 +200,42 @@ class SpendGuard:
         self._holding = 0  # attempts holding a reservation
         self._waiters: list[asyncio.Future] = []
 
-    def begin(self, prices: Prices, max_tokens: int | None, stored: Tally) -> None:
-        """Count by ``prices``, reserve ``max_tokens`` for every attempt, and start from what the
-        run directory holds (``tally``)."""
+    def begin(
+        self,
+        prices: Prices,
+        max_tokens: int | None,
+        stored: Tally,
+        refused: tuple[int, float] = (0, 0.0),
+    ) -> None:
+        """Count by ``prices``, reserve ``max_tokens`` (else the listing's longest answer) for
+        every attempt, and start from what the run directory holds (``tally`` of its
+        completions; the ``refused`` answers kept and what they are counted at)."""
         self.prices = prices
-        self.max_tokens = max_tokens
-        self.spent, self.reported = stored.counted, stored.reported
+        self.max_tokens = max_tokens or prices.most_tokens
+        self.spent, self.reported = stored.counted + refused[1], stored.reported
         self.completions, self.doubted = stored.completions, stored.doubted
+        self.refused, self.refused_cost = refused
         self.dearest = stored.dearest
-        if max_tokens is None:
+        if max_tokens is None and prices.most_tokens is not None:
             _log.info(
-                "--max-cost without --max-tokens: an answer's length is not known before it "
-                "comes, so each request reserves what the dearest answer so far cost and the "
+                "--max-cost without --max-tokens: each request reserves the longest answer the "
+                "listing allows (%s tokens) at %s, so the limit is never passed; --max-tokens "
+                "reserves less and sends more requests at once",
+                f"{prices.most_tokens:,}",
+                prices.source,
+            )
+        elif max_tokens is None:
+            _log.warning(
+                "--max-cost without --max-tokens, and no listing names the model's longest "
+                "answer: each request reserves what the dearest answer so far cost, and the "
                 "answers in flight may pass the limit by what they cost beyond it; give "
                 "--max-tokens for a limit that is never passed"
             )
 
     def worst_case(self, request_bytes: int) -> float | None:
         """The most an attempt of ``request_bytes`` can cost at the counted prices; None
-        without ``max_tokens`` (or prices): its answer's length is not bounded."""
+        without ``max_tokens`` or a listed longest answer (or prices): its answer's length is
+        not bounded."""
         if self.prices is None or self.max_tokens is None:
             return None
         return self.prices.of(request_bytes, self.max_tokens)
@@ -282,28 +312,29 @@ class SpendGuard:
         """Count an answer refused for its usage that the server billed, at ``amount``."""
         self.spent += amount
         self.refused += 1
+        self.refused_cost += amount
         self.dearest = max(self.dearest, amount)
+
+    @property
+    def shown(self) -> float:
+        """What was spent as ``draftgen status`` and the report say it: the completions' own
+        ``usage.cost`` (a negative one 0) and the refused answers' billed estimates."""
+        return self.reported + self.refused_cost
 
     def sentence(self) -> str:
         """Why the run stopped, with what was spent as ``draftgen status`` shows it (and what
         ``--max-cost`` counts beyond that, and why)."""
-        beyond = self.spent - self.reported
-        why = []
-        if self.doubted:
-            source = self.prices.source if self.prices is not None else "listed prices"
-            why.append(
-                f"{self.doubted} completions whose usage.cost was not believed, counted at {source}"
-            )
-        if self.refused:
-            why.append(f"{self.refused} answers refused for their usage, billed all the same")
+        refused = f" and {self.refused} answers refused for their usage" if self.refused else ""
+        beyond = self.spent - self.shown
         counted = ""
-        if beyond > 0 and why:
+        if beyond > 0 and self.doubted:
+            source = self.prices.source if self.prices is not None else "listed prices"
             counted = (
-                f" ({usd(self.reported)} as their usage.cost says, which draftgen status shows, "
-                f"and {usd(beyond)} that --max-cost counts beyond it: {' and '.join(why)})"
+                f"; --max-cost counts {usd(beyond)} more: {self.doubted} completions whose "
+                f"usage.cost was not believed, counted at {source}"
             )
         return (
-            f"reached --max-cost ${self.limit:.4f}: spent {usd(self.spent)} on "
-            f"{self.completions} completions in this run directory{counted}; raise --max-cost "
-            "and rerun the same command to continue"
+            f"reached --max-cost ${self.limit:.4f}: spent {usd(self.shown)} on "
+            f"{self.completions} completions{refused} in this run directory, as draftgen status "
+            f"shows{counted}; raise --max-cost and rerun the same command to continue"
         )

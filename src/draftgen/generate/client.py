@@ -15,8 +15,8 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from urllib.parse import urljoin
 
 import aiohttp
@@ -68,6 +68,14 @@ DEFAULT_ATTEMPT_TIMEOUT = 3600.0  # seconds; RunOptions.attempt_timeout says why
 # succeeded, every attempt that ended a server error and none other on the wire.
 DEAD_START_ATTEMPTS = 8
 DEAD_START_SECONDS = 10.0
+# Answers refused for their usage (a false cost, a count out of range) one request may buy: the
+# first is bought again (a glitch of one answer still yields the turn), the second fails the
+# request as ``REFUSED_USAGE``: a server that bills every answer so pays for two a turn, not
+# --max-attempts. Each is kept (``keep_refused``) and counted as spent.
+REFUSED_ANSWERS = 2
+REFUSED_USAGE = "refused_usage"
+# What hears an answer refused for its usage: (what it is billed on, the request's bytes).
+KeepRefused = Callable[[Billed, int], Awaitable[None]]
 
 
 def default_response_bytes(max_tokens: int | None) -> int:
@@ -317,7 +325,6 @@ class ChatClient:
         endpoint_concurrency: int | None = None,
         health: HealthPolicy | None = None,
         on_endpoint_event: Callable[[str, str, str], None] | None = None,
-        on_billed_refusal: Callable[[Billed, int], None] | None = None,
         dead_start: DeadStart | None = None,
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
@@ -326,9 +333,7 @@ class ChatClient:
         attempt's worst case, holding or refusing attempts that could pass a spending limit.
         With several endpoints, ``concurrency`` is the run's total and ``endpoint_concurrency``
         (or a spec's own) caps each; ``on_endpoint_event``
-        hears (endpoint, "ejected" | "readmitted" | "removed", why); ``on_billed_refusal``
-        hears (what it is billed on, the request's bytes) of each answer refused for its usage,
-        which the server billed all the same (``--max-cost`` counts it). ``dead_start`` stops
+        hears (endpoint, "ejected" | "readmitted" | "removed", why). ``dead_start`` stops
         the run when its first attempts show a dead endpoint (``DeadStart``'s rule)."""
         self.backend = backend
         self._path = backend.path if backend is not None else "/chat/completions"
@@ -347,7 +352,6 @@ class ChatClient:
         self.stop_reason: str | None = None
         self._max_retries = max_retries
         self._budget = budget
-        self._on_billed_refusal = on_billed_refusal
         self.dead_start = dead_start or DeadStart()
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
@@ -386,10 +390,18 @@ class ChatClient:
         if self._session is not None:
             await self._session.close()
 
-    async def complete(self, body: bytes, stream: bool) -> tuple[Completion, list[AttemptError]]:
-        """One completion for ``body``, retried as policy allows; errors of failed attempts too."""
+    async def complete(
+        self, body: bytes, stream: bool, keep_refused: KeepRefused | None = None
+    ) -> tuple[Completion, list[AttemptError]]:
+        """One completion for ``body``, retried as policy allows; errors of failed attempts too.
+
+        An answer refused for its usage was billed all the same: ``keep_refused`` hears it (what
+        it is billed on, the request's bytes) and stores it before anything else happens; it is
+        bought again once (``REFUSED_ANSWERS``), and a second refusal fails the request as
+        ``refused_usage``."""
         errors: list[AttemptError] = []
         tried: set[str] = set()  # a retry prefers an endpoint this request has not failed on
+        refused = 0
         for attempt in range(1, self.retry.max_attempts + 1):
             if self.stop_reason:
                 raise RunStopped(self.stop_reason)
@@ -415,8 +427,9 @@ class ChatClient:
                         self._budget.record(completion.cost)
             except ApiError as exc:
                 error = exc
-                if exc.billed is not None and self._on_billed_refusal is not None:
-                    self._on_billed_refusal(exc.billed, len(body))
+                if exc.billed is not None and keep_refused is not None:
+                    refused += 1
+                    await keep_refused(exc.billed, len(body))
             else:
                 self.router.succeeded(endpoint)
                 completion.endpoint = endpoint.label
@@ -456,6 +469,8 @@ class ChatClient:
                 raise FatalApiError(self._redact(self.dead_start.verdict))
             if error.fatal and not absorbed:
                 raise FatalApiError(self._redact(str(error)))
+            if refused >= REFUSED_ANSWERS:
+                raise GenerationFailed(REFUSED_USAGE, errors)
             if not error.retryable and not absorbed:
                 raise GenerationFailed(error.kind, errors)
             if attempt < self.retry.max_attempts:
@@ -532,7 +547,13 @@ class ChatClient:
             backend = self.backend
             if not stream:
                 parse = backend.parse_completion if backend else parse_completion
-                return parse(await self._read_body(response))
+                raw = await self._read_body(response)
+                try:
+                    return parse(raw)
+                except ApiError as error:
+                    if error.billed is not None and not error.billed.answer:
+                        error.billed = replace(error.billed, answer=raw)  # a backend's own parse
+                    raise
             accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
             return await self._read_stream(response, accumulator)
 

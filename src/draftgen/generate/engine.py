@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from draftgen.generate.budget import (
     CostCounter,
     SpendGuard,
     answer_bytes,
+    counted_cost,
     find_prices,
     tally,
 )
@@ -67,6 +69,7 @@ from draftgen.store.database import (
     exclusion_statements,
     replacement_statements,
 )
+from draftgen.store.refused import refused_figures, refused_statements
 from draftgen.tokens.rendering import ChatRenderer, request_variables, template_renderer
 
 _log = logging.getLogger("draftgen.generate")
@@ -156,7 +159,7 @@ class LiveGeneration:
 
     def _client(self) -> ChatClient:
         """The run's HTTP client: its retries, timeouts, limits and budget from the options; the
-        endpoints' events and billed refusals reported to the writer and the budget."""
+        endpoints' events reported to the writer."""
         options = self.options
         return ChatClient(
             self.base_url,
@@ -174,7 +177,6 @@ class LiveGeneration:
             endpoint_concurrency=options.endpoint_concurrency,
             health=options.endpoint_health,
             on_endpoint_event=self.writer.note_endpoint_event,
-            on_billed_refusal=self.count_refused,
         )
 
     # -- the run ---------------------------------------------------------------------------------
@@ -225,7 +227,8 @@ class LiveGeneration:
         first = endpoint_specs(self.base_url)[0].url  # a fleet serves one model at one price
         self.costs = CostCounter(await find_prices(first, self.settings.model, self.api_key))
         stored = tally(self.costs, self.store.spend_rows())
-        self.budget.begin(self.costs.prices, self.options.max_tokens, stored)
+        refused = refused_figures(self.store.db)
+        self.budget.begin(self.costs.prices, self.options.max_tokens, stored, refused)
 
     async def close(self) -> None:
         """Close what the engine opened; the writer last, since closing waits for its commits."""
@@ -426,7 +429,8 @@ class LiveGeneration:
         """One calibration question, counted under ``--max-cost`` like any answer; its failed
         attempts are returned to be stored with it (the run's one count of retries)."""
         self.sending()
-        completion, errors = await self.client.complete(body, False)
+        keep = functools.partial(self.keep_refused, None, "calibration", 0)
+        completion, errors = await self.client.complete(body, False, keep)
         self.count_cost(completion, body)
         return completion, [error.as_dict() for error in errors]
 
@@ -744,8 +748,9 @@ class LiveGeneration:
         )
         self.sending()
         began = time.monotonic()
+        keep = functools.partial(self.keep_refused, plan.key, plan.source_id, plan.turn)
         try:
-            completion, errors = await self.client.complete(body, self.stream)
+            completion, errors = await self.client.complete(body, self.stream, keep)
         except GenerationFailed as exc:
             await self.fail(plan, exc.reason, len(exc.errors), [e.as_dict() for e in exc.errors])
             raise
@@ -799,7 +804,10 @@ class LiveGeneration:
         )
         self.sending()
         began = time.monotonic()
-        completion, errors = await self.client.complete(body, self.stream)
+        keep = functools.partial(
+            self.keep_refused, spoiled["key"], spoiled["source_id"], spoiled["turn"]
+        )
+        completion, errors = await self.client.complete(body, self.stream, keep)
         self.count_cost(completion, request)
         self.rebuys.cost += max(completion.cost, 0.0)
         await self.writer.write(
@@ -826,20 +834,35 @@ class LiveGeneration:
             started, self.started = self.started, None
             started.set()
 
-    def count_refused(self, billed: Billed, request_bytes: int) -> None:
-        """Count an answer refused for its usage (a false cost, a count out of range) at listed
-        prices: the server billed it, so ``--max-cost`` holds against any number it sends."""
-        if self.budget is None or self.costs is None:
-            return
-        self.budget.add_refused(
-            self.costs.count(
-                0.0,
-                billed.prompt_tokens,
-                billed.completion_tokens,
-                request_bytes,
-                billed.answer_bytes,
-            )
+    async def keep_refused(
+        self, key: str | None, source_id: str, turn: int, billed: Billed, request_bytes: int
+    ) -> None:
+        """Store an answer refused for its usage (a false cost, a count out of range) apart from
+        the completions, counted as spent at its billed estimate (``counted_cost`` of its
+        believable numbers, bytes bounding the others): the server billed it. With --max-cost
+        the estimate counts before any await, so no attempt is admitted on the lower figure."""
+        if self.costs is None:  # no --max-cost: the prices are found at the first refusal
+            first = endpoint_specs(self.base_url)[0].url
+            self.costs = CostCounter(await find_prices(first, self.settings.model, self.api_key))
+        prompt, completion = billed.prompt_tokens, billed.completion_tokens
+        cost, _ = counted_cost(
+            billed.cost,
+            prompt if prompt is not None else request_bytes,
+            completion if completion is not None else billed.answer_bytes,
+            self.costs.prices,
         )
+        if self.budget is not None:
+            self.budget.add_refused(cost)
+        _log.warning(
+            "an answer refused for its usage (%s) is kept apart as billed, counted at $%.6g",
+            billed.reason,
+            cost,
+        )
+        row = {"key": key, "source_id": source_id, "turn": turn, "reason": billed.reason}
+        row.update(generation_id=billed.generation_id, provider=billed.provider)
+        row.update(usage=billed.usage, answer=billed.answer, cost=cost)
+        row.update(prompt_tokens=prompt, completion_tokens=completion)
+        await self.writer.write(refused_statements(row))
 
     def count_cost(self, completion: Completion, request: bytes) -> None:
         """Count what the completion costs by ``CostCounter`` beyond the ``usage.cost`` the client

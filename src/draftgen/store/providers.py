@@ -11,6 +11,7 @@ import time
 import orjson
 
 from draftgen.store.calibration import calibration_cost, read_calibrations
+from draftgen.store.refused import refused_by_provider
 from draftgen.store.schema import KEYED_TABLES
 
 
@@ -140,6 +141,10 @@ def provider_figures(db: sqlite3.Connection) -> dict[str, dict]:
     for provider, questions in read_calibrations(db).items():
         row = figures.setdefault(provider or UNKNOWN_PROVIDER, _empty_figures())
         row["cost"] += calibration_cost({provider: questions})
+    # An answer refused for its usage was billed by the provider that sent it.
+    for provider, (_, cost) in refused_by_provider(db).items():
+        row = figures.setdefault(provider or UNKNOWN_PROVIDER, _empty_figures())
+        row["cost"] += cost
     for row in figures.values():
         row["cost"] = round(row["cost"], 9)
         row["cost_per_verified"] = (

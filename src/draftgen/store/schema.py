@@ -149,6 +149,23 @@ CREATE TABLE IF NOT EXISTS replaced_completions (
     replaced_at REAL NOT NULL,
     completion TEXT NOT NULL
 );
+-- Answers refused for their usage (a false cost, a count out of range; draftgen.store.refused):
+-- billed, so kept and counted as spent at their billed estimate (cost), never reconstructed or
+-- exported. A turn has up to two (generate.client.REFUSED_ANSWERS); key is NULL for calibration's.
+CREATE TABLE IF NOT EXISTS refused_answers (
+    key TEXT,
+    source_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    generation_id TEXT,
+    provider TEXT,
+    reason TEXT NOT NULL,
+    usage TEXT NOT NULL,
+    answer BLOB NOT NULL,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    cost REAL NOT NULL,
+    created_at REAL NOT NULL
+);
 """
 
 INSERT_COMPLETION = """

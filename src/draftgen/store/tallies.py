@@ -16,6 +16,7 @@ import orjson
 from draftgen.store.batch_timing import ENDED, IN_FLIGHT, batch_timing, billed_without_rows
 from draftgen.store.calibration import calibration_cost
 from draftgen.store.identity import REJECTED_NAME, RunLock
+from draftgen.store.refused import refused_figures
 
 
 class TalliesMixin:
@@ -96,6 +97,9 @@ class TalliesMixin:
         completion_tokens += rebuys["spoiled_completion_tokens"]
         calibrations = self.calibrations()
         cost += calibration_cost(calibrations)
+        # Answers refused for their usage were billed: their estimates count, as --max-cost's do.
+        refused, refused_cost = refused_figures(self.db)
+        cost += refused_cost
         figures = self.sample_figures()
         return {
             "completions": completions,
@@ -108,6 +112,12 @@ class TalliesMixin:
             else None,
             "retried_attempts": sum(retried.values()),
             "retried_errors": retried,
+            # Only when there are any: answers kept apart, never exported (draftgen.store.refused).
+            **(
+                {"refused_usage": {"answers": refused, "cost": round(refused_cost, 9)}}
+                if refused
+                else {}
+            ),
             **self._outcome_tallies(figures),
             **self._source_figures(rebuys, calibrations),
             **self._directory_figures(),
