@@ -79,15 +79,15 @@ def export_killed(run_dir: Path, out: Path, fmt: str, signum: int) -> subprocess
 
 
 @pytest.mark.parametrize(
-    "fmt, signum",
+    "fmt, signum, code",
     [
-        ("specforge", signal.SIGTERM),
-        ("specforge", signal.SIGHUP),
-        ("parquet", signal.SIGINT),
+        ("specforge", signal.SIGTERM, 143),  # 128 + the signal's number (130 for each before)
+        ("specforge", signal.SIGHUP, 129),
+        ("parquet", signal.SIGINT, 130),
     ],
 )
 def test_a_signal_mid_write_leaves_no_partial_file_and_the_old_export(
-    run_dir, tmp_path, fmt, signum
+    run_dir, tmp_path, fmt, signum, code
 ):
     from draftgen.outputs.export import export
 
@@ -100,7 +100,7 @@ def test_a_signal_mid_write_leaves_no_partial_file_and_the_old_export(
     provenance = [(tmp_path / name).read_bytes() for name in sidecar]
     result = export_killed(run_dir, out, fmt, signum)
     assert "train.out.partial" in result.stdout  # the signal came while it was being written
-    assert result.returncode == 130, result.stderr
+    assert result.returncode == code, result.stderr
     assert result.stderr == "draftgen: interrupted; everything stored so far is kept\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "first-row-written",
@@ -124,7 +124,7 @@ def test_sigterm_mid_hf_export_removes_the_work_directory(run_dir, tmp_path):
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     result = export_killed(run_dir, out, "hf", signal.SIGTERM)
     assert any(name.startswith(".draftgen-hf-") for name in result.stdout)
-    assert result.returncode == 130, result.stderr
+    assert result.returncode == 143, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first-row-written", "hf"]
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
@@ -199,7 +199,7 @@ def test_a_signal_while_the_sidecar_is_written_leaves_neither_half_written(run_d
         "train.jsonl.meta.json.partial",
         "train.jsonl.partial",
     ]
-    assert process.returncode == 130, stderr
+    assert process.returncode == 143, stderr
     marker.unlink()
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 

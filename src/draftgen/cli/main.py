@@ -22,7 +22,6 @@ from draftgen.options import setting_named
 from draftgen.redact import printable, redact
 
 EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT); a run stopped by a signal exits 128 + its number
 EXIT_INTERNAL = 1  # a bug in draftgen: one line, the traceback with --log-level debug
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (status --json | head): 128 + SIGPIPE
 # The parser is made from the declarations in draftgen.options (draftgen.cli.parser).
@@ -56,9 +55,10 @@ def _main(argv: list[str]) -> int:
     configure(args.log_level, args.log_json)
     try:
         return COMMANDS[args.command](args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         _say_error("draftgen: interrupted; everything stored so far is kept")
-        return EXIT_INTERRUPTED
+        # SIGTERM or SIGHUP raised as Ctrl-C (SignalInterrupt) exits as that signal would.
+        return 128 + getattr(exc, "signum", signal.SIGINT)
     except BrokenPipeError:
         # The reader of stdout stopped (``status --json | head``): nothing is wrong, say nothing.
         _silence_stdout()
@@ -207,9 +207,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 class ExportSignals:
     """Ctrl-C, SIGTERM and SIGHUP around ``draftgen export``: until the library's export has
-    returned they interrupt it (``KeyboardInterrupt``, whose cleanup the library does; it holds
-    them itself while it puts the file in place); once it has, the export is complete, so a
-    signal is only noted (``late``) and the command prints what it wrote and exits 0."""
+    returned they interrupt it (``SignalInterrupt``, a ``KeyboardInterrupt`` whose cleanup the
+    library does; it holds them itself while it puts the file in place; exit 128 + the signal);
+    once it has, the export is complete, so a signal is only noted (``late``) and the command
+    prints what it wrote and exits 0."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -232,7 +233,9 @@ class ExportSignals:
         if self.complete:
             self.late = signum
             return
-        raise KeyboardInterrupt
+        from draftgen.outputs.stop_signals import SignalInterrupt
+
+        raise SignalInterrupt(signum)
 
 
 def cmd_vocab(args: argparse.Namespace) -> int:

@@ -9,8 +9,18 @@ import signal
 import threading
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (or Ctrl-C) raised as Ctrl-C is, with its number: the command exits
+    128 + ``signum``, as a shell reports a process the signal ended."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class StopSignals:
-    """SIGTERM and SIGHUP during an export raise ``KeyboardInterrupt`` as Ctrl-C does, so the
+    """SIGTERM and SIGHUP during an export raise ``KeyboardInterrupt`` as Ctrl-C does (a
+    ``SignalInterrupt`` naming which), so the
     cleanup that removes the ``.partial`` file and the ``.draftgen-hf-*`` work directory runs
     for them too (their default would end the process on the spot, leaving both behind).
 
@@ -46,7 +56,7 @@ class StopSignals:
         if self._swapping or self._swapped:
             self.after_swap = signum
             return
-        raise KeyboardInterrupt
+        raise SignalInterrupt(signum)
 
     @contextlib.contextmanager
     def swap(self):
