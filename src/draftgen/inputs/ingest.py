@@ -86,6 +86,7 @@ INPUT_FORMATS = ("auto", "jsonl", "json", "parquet", "hf", "glaive")
 # Marker files of a datasets.save_to_disk directory (a Dataset, or a DatasetDict of splits).
 HF_DATASET_FILES = ("state.json", "dataset_dict.json")
 _HF_BATCH_ROWS = 256
+CSV_SUFFIXES = (".csv", ".tsv")
 
 
 def resolve_format(path: str, format: str | None) -> tuple[str, bool]:
@@ -110,6 +111,13 @@ def resolve_format(path: str, format: str | None) -> tuple[str, bool]:
     suffix = Path(path).suffix.lower()
     if suffix == ".parquet":
         return "parquet", glaive
+    if suffix in CSV_SUFFIXES:  # else read as JSON lines: every line "not valid JSON", no more
+        raise InputError(
+            f"{path} is CSV, which draftgen does not read (it reads JSONL, a .json array, "
+            ".parquet or a datasets.save_to_disk directory): convert it to JSONL, one object "
+            "with 'messages' per line, or read glaive 'system' and 'chat' columns from it with "
+            "--input-format hf"
+        )
     if suffix == ".json" and _first_byte(path) == b"[":
         return "json", glaive
     # .jsonl, .ndjson, and .json files of one object per line

@@ -112,7 +112,10 @@ def _container(spec: DatasetSpec) -> str | None:
     try:
         return resolve_format(spec.path, spec.format)[0]
     except InputError as exc:
-        raise MixError(f"dataset {spec.name or spec.path}: {exc}") from None
+        said = str(exc)
+        if spec.name is None and said.startswith(spec.path):  # it names the file already
+            raise MixError(said) from None
+        raise MixError(f"dataset {spec.name or spec.path}: {said}") from None
 
 
 def _positional(spec: DatasetSpec) -> bool:
