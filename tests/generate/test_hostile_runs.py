@@ -94,10 +94,12 @@ def stored(out: Path) -> dict[str, dict]:
             "SELECT generation_id, attempts, errors, prompt_tokens, completion_tokens, cost "
             "FROM completions"
         ).fetchall()
-        failures = db.execute("SELECT count(*) FROM failures").fetchone()[0]
+        failures = db.execute(
+            "SELECT count(*) FROM failures WHERE reason <> 'refused_usage'"
+        ).fetchone()[0]
     finally:
         db.close()
-    assert failures == 0
+    assert failures == 0  # but turns whose answer was refused twice (kept apart, see below)
     return {
         gid: {
             "attempts": attempts,
@@ -180,14 +182,38 @@ def start_hostile(tmp: Path, kind: str, share: float) -> SimProcess:
     )
 
 
-def check_nothing_lost_or_bought_twice(sim: SimProcess, rows: dict[str, dict]) -> list[dict]:
-    """Every billed completion stored but those refused for their numbers; no prompt bought
-    more than once beyond those refusals. Returns the truth records."""
+def kept_apart(out: Path) -> set[str]:
+    """The generation ids of the answers kept apart, refused for their usage."""
+    db = sqlite3.connect(out / "draftgen.sqlite")
+    try:
+        return {row[0] for row in db.execute("SELECT generation_id FROM refused_answers")}
+    finally:
+        db.close()
+
+
+def refused_twice(out: Path) -> int:
+    db = sqlite3.connect(out / "draftgen.sqlite")
+    try:
+        return db.execute(
+            "SELECT count(*) FROM failures WHERE reason = 'refused_usage'"
+        ).fetchone()[0]
+    finally:
+        db.close()
+
+
+def check_nothing_lost_or_bought_twice(
+    sim: SimProcess, rows: dict[str, dict], out: Path
+) -> list[dict]:
+    """Every billed completion stored, those refused for their numbers apart; no prompt bought
+    more than once beyond those refusals (each bought again once at most). Returns the truth
+    records."""
     truth = list(sim.thread.truth.values())
     billed = {t["generation_id"] for t in truth}
     assert set(rows) <= billed, "a stored completion the simulator never billed"
     lost = {t["generation_id"] for t in truth if not refused(t)} - set(rows)
     assert not lost, f"{len(lost)} billed completions not stored"
+    # Before: the refused ones were paid and never stored.
+    assert kept_apart(out) == {t["generation_id"] for t in truth if refused(t)}
     bought = collections.Counter(t["prompt_sha256"] for t in truth)
     allowance = collections.Counter(t["prompt_sha256"] for t in truth if refused(t))
     twice = {sha for sha, n in bought.items() if n > 1 + allowance[sha]}
@@ -221,15 +247,17 @@ def test_a_run_against_a_hostile_server_loses_nothing_and_stays_small(
         stats = dict(sim.thread.stats)
         assert code == 0, err
         got = stored(out)
-        assert len(got) == PROMPTS
-        truth = check_nothing_lost_or_bought_twice(sim, got)
+        assert len(got) + refused_twice(out) == PROMPTS
+        truth = check_nothing_lost_or_bought_twice(sim, got, out)
     finally:
         sim.stop()
     served_hostile = stats.get(kind, 0)
     assert served_hostile >= 3, stats  # the draw gave this run something to prove
     # Every hostile answer was one classified error, retried within the budget; nothing else.
     taken = sum(1 for t in truth if t.get("hostile") == kind and not refused(t))
-    assert recorded_errors(got) == {ERROR_OF[kind]: served_hostile - taken}
+    # A turn refused twice keeps its two errors with its failure, not with a completion.
+    twice = refused_twice(out)
+    assert recorded_errors(got) == {ERROR_OF[kind]: served_hostile - taken - 2 * twice}
     assert max(row["attempts"] for row in got.values()) <= 8
     assert peak <= RSS_FACTOR * baselines[stream] + RSS_SLACK, (
         f"peak RSS {peak / 2**20:.0f} MiB against {baselines[stream] / 2**20:.0f} MiB "
@@ -245,8 +273,7 @@ def test_a_run_against_a_hostile_server_loses_nothing_and_stays_small(
 def test_max_cost_holds_against_a_server_whose_costs_are_false(tmp_path, baselines):
     """Three answers in four carry a usage.cost that is missing, a string, negative or 1e-9: the
     strings and negatives are refused (and bought again), the others counted at listed prices.
-    One request at a time, without --max-tokens: each reserves what the dearest answer so far
-    cost."""
+    One request at a time; --max-tokens 200 bounds what each reserves."""
     rows = write_rows(tmp_path / "rows.jsonl")
     sim = start_hostile(tmp_path, "bad-cost", 0.75)
     limit = 0.004
@@ -255,9 +282,9 @@ def test_max_cost_holds_against_a_server_whose_costs_are_false(tmp_path, baselin
         args = hostile_run_args(
             sim, rows, out, False, "--max-cost", str(limit), "--concurrency", "1"
         )
-        code, _, err, peak = run_measured(args)
+        code, _, err, peak = run_measured([*args, "--max-tokens", "200"])
         got = stored(out)
-        truth = check_nothing_lost_or_bought_twice(sim, got)
+        truth = check_nothing_lost_or_bought_twice(sim, got, out)
         config = sim.thread.server.config
     finally:
         sim.stop()
@@ -298,7 +325,7 @@ def test_a_redirect_stops_the_run_and_nothing_follows_it(tmp_path):
         code, _, err, _ = run_measured(hostile_run_args(sim, rows, out, False))
         stats = dict(sim.thread.stats)
         got = stored(out)
-        truth = check_nothing_lost_or_bought_twice(sim, got)
+        truth = check_nothing_lost_or_bought_twice(sim, got, out)
     finally:
         sim.stop()
     assert code == 2, err

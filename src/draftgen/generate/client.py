@@ -40,6 +40,7 @@ from draftgen.generate.endpoints import (
     endpoint_label,
     endpoint_specs,
 )
+from draftgen.generate.memory import ResponseMemory
 from draftgen.logs import add_secret
 from draftgen.records import Completion
 from draftgen.redact import printable
@@ -326,6 +327,7 @@ class ChatClient:
         health: HealthPolicy | None = None,
         on_endpoint_event: Callable[[str, str, str], None] | None = None,
         dead_start: DeadStart | None = None,
+        memory: ResponseMemory | None = None,
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
         one attempt in all (0 or None: none), ``max_response_bytes`` its answer.
@@ -334,7 +336,8 @@ class ChatClient:
         With several endpoints, ``concurrency`` is the run's total and ``endpoint_concurrency``
         (or a spec's own) caps each; ``on_endpoint_event``
         hears (endpoint, "ejected" | "readmitted" | "removed", why). ``dead_start`` stops
-        the run when its first attempts show a dead endpoint (``DeadStart``'s rule)."""
+        the run when its first attempts show a dead endpoint (``DeadStart``'s rule);
+        ``memory`` is the byte budget the answers being read share (``ResponseMemory``)."""
         self.backend = backend
         self._path = backend.path if backend is not None else "/chat/completions"
         self.router = Router(
@@ -353,6 +356,7 @@ class ChatClient:
         self._max_retries = max_retries
         self._budget = budget
         self.dead_start = dead_start or DeadStart()
+        self.memory = memory or ResponseMemory()
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
         self._max_response_bytes = max_response_bytes
@@ -407,6 +411,7 @@ class ChatClient:
                 raise RunStopped(self.stop_reason)
             if self.dead_start.verdict is not None:
                 raise FatalApiError(self._redact(self.dead_start.verdict))
+            await self.memory.room()  # nothing new is sent while the answers hold the budget
             try:
                 endpoint = await self.router.acquire(tried)
             except EndpointsDown as exc:
@@ -568,20 +573,24 @@ class ChatClient:
         received = 0
         braces = 0  # "{" less "}" so far: 0 (and a "}" last) is when the object may be whole
         closed = False
-        async for piece in response.content.iter_any():
-            received += len(piece)
-            if received > cap:
-                raise self._too_large()
-            pieces.append(piece)
-            braces += piece.count(b"{") - piece.count(b"}")
-            last = piece.rstrip()
-            closed = last.endswith(b"}") if last else closed
-            if braces == 0 and closed and not response.content.at_eof():
-                body = b"".join(pieces)
-                if _whole_json_object(body):
-                    await _read_tail(response)
-                    return body
-        return b"".join(pieces)
+        with self.memory.reading() as reading:
+            async for piece in response.content.iter_any():
+                received += len(piece)
+                if received > cap:
+                    raise self._too_large()
+                pieces.append(piece)
+                self.memory.charge(reading, len(piece))
+                braces += piece.count(b"{") - piece.count(b"}")
+                last = piece.rstrip()
+                closed = last.endswith(b"}") if last else closed
+                if braces == 0 and closed and not response.content.at_eof():
+                    body = b"".join(pieces)
+                    if _whole_json_object(body):
+                        await _read_tail(response)
+                        return body
+                    del body
+                await self.memory.wait_to_read(reading)
+            return b"".join(pieces)
 
     async def _read_stream(
         self, response: aiohttp.ClientResponse, accumulator: Accumulator
@@ -592,19 +601,24 @@ class ChatClient:
         cap = self._max_response_bytes
         clock = EventClock(self._idle_timeout)
         received = 0
-        async for data in response.content.iter_any():
-            received += len(data)
-            if received > cap:
-                raise self._too_large()
-            clock.observe(data)
-            accumulator.feed_bytes(data)
-            if accumulator.done:
-                break
-            # Every accumulator is a StreamAccumulator's; one of another shape never says so.
-            if getattr(accumulator, "complete", False):
-                await _read_tail(response)
-                break
-        return accumulator.finish()
+        with self.memory.reading() as reading:
+            async for data in response.content.iter_any():
+                received += len(data)
+                if received > cap:
+                    raise self._too_large()
+                # What is read is charged whole: the folded texts hold less than their events.
+                self.memory.charge(reading, len(data))
+                clock.observe(data)
+                accumulator.feed_bytes(data)
+                if accumulator.done:
+                    break
+                # Every accumulator is a StreamAccumulator's; one of another shape never says so.
+                if getattr(accumulator, "complete", False):
+                    await _read_tail(response)
+                    break
+                if await self.memory.wait_to_read(reading):
+                    clock.restart()  # a pause for memory is not the server's silence
+            return accumulator.finish()
 
     def _too_large(self) -> ApiError:
         return ApiError(
@@ -643,6 +657,10 @@ class EventClock:
         self.last_event = time.monotonic()
         self._at_line_start = True
         self._in_event = False  # the last chunk ended inside a data line with a value
+
+    def restart(self) -> None:
+        """Start the idle clock again (the reading paused: the server was not idle)."""
+        self.last_event = time.monotonic()
 
     def observe(self, chunk: bytes) -> None:
         """Note what ``chunk`` carries; raise a timeout once only keep-alives came for too long."""
