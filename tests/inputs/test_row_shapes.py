@@ -3,14 +3,23 @@ its line and reason, and a conversation plans and renders without raising."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from decimal import Decimal
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from draftgen.inputs.ingest import Conversation, Rejection, RowError, parse_row, read_conversations
+from draftgen.inputs.ingest import (
+    Conversation,
+    Rejection,
+    RowError,
+    parse_record,
+    parse_row,
+    read_conversations,
+)
 from draftgen.inputs.plan import build_messages, plan_turns, sample_chains
 
 USER = {"role": "user", "content": "hi"}
@@ -122,6 +131,19 @@ PLACES = [
 ]
 
 
+# What a Parquet or datasets column hands over besides JSON's values.
+COLUMN_SCALARS = SCALARS | st.sampled_from(
+    [b"\x00\xff", Decimal("1.5"), dt.datetime(2026, 1, 2), dt.date(2026, 1, 2), 2**80, (1, "a")]
+)
+COLUMN_VALUES = st.recursive(
+    COLUMN_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
 def placed(base: str, place: tuple, value: object) -> dict:
     row = json.loads(json.dumps(BASES[base]))
     if not place:
@@ -156,7 +178,44 @@ def test_any_json_value_in_any_field_is_a_conversation_or_a_rejection(
     except RowError as exc:
         assert str(exc)  # the sentence written to rejected.jsonl
         return
-    # What the run does with a conversation before it asks for it: plan, key, render.
+    worked(renderer, conversation)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(place=st.sampled_from(PLACES), value=COLUMN_VALUES)
+def test_any_column_value_in_any_field_is_a_conversation_or_a_rejection(renderer, place, value):
+    base, path = place
+    row = placed(base, path, value)
+    try:
+        conversation = parse_record(row, label="p.parquet", input="p.parquet", line=1)
+    except RowError as exc:
+        assert str(exc)
+        return
+    worked(renderer, conversation)
+
+
+def test_bytes_in_a_parquet_row_reject_that_row_alone(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    function = {"name": "f", "blob": b"\x00\x01"}
+    rows = [{"messages": [USER], "tools": [{"type": "function", "function": function}]}]
+    rows.append({"messages": [USER], "tools": [{"type": "function", "function": {"name": "f"}}]})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "p.parquet")
+    refused, kept = list(read_conversations([str(tmp_path / "p.parquet")]))
+    assert refused == Rejection(
+        str(tmp_path / "p.parquet"),
+        1,
+        "row holds a value JSON cannot hold (Type is not JSON serializable: bytes); make that "
+        "column text or numbers, or remove the row",
+    )
+    assert isinstance(kept, Conversation) and kept.line == 2
+
+
+def worked(renderer, conversation: Conversation) -> None:
+    """What the run does with a conversation before it asks for it: plan, key, render."""
     plans = plan_turns(conversation)
     answers = []
     for plan in sample_chains(plans, 2)[1]:

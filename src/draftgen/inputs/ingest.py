@@ -371,7 +371,7 @@ def parse_record(
         isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
     ):
         raise RowError("'tools' must be a list of objects (OpenAI function schemas) or absent")
-    source_id = _row_id(row.get("id"), label, messages, tools)
+    source_id = _row_id(row.get("id"), label, _canonical(messages, tools))
     return Conversation(
         source_id=source_id,
         messages=tuple(messages),
@@ -646,12 +646,22 @@ def _sharegpt_messages(value: object) -> list[dict]:
     return out
 
 
-def _row_id(explicit: object, label: str, messages: list[dict], tools: list | None) -> str:
+def _canonical(messages: list[dict], tools: list | None) -> bytes:
+    """The row's messages and tools as sorted JSON (its id where it names none). RowError for a
+    value JSON has no form for, which a Parquet or datasets column can hold (bytes, a decimal):
+    every later stage sends or keys the row as JSON."""
+    try:
+        return orjson.dumps({"m": messages, "t": tools}, option=orjson.OPT_SORT_KEYS)
+    except TypeError as exc:  # orjson.JSONEncodeError
+        raise RowError(
+            f"row holds a value JSON cannot hold ({exc}); make that column text or numbers, or "
+            "remove the row"
+        ) from None
+
+
+def _row_id(explicit: object, label: str, canonical: bytes) -> str:
     if isinstance(explicit, str) and explicit:
         return explicit
     if isinstance(explicit, int) and not isinstance(explicit, bool):
         return str(explicit)
-    digest = hashlib.sha256(
-        orjson.dumps({"m": messages, "t": tools}, option=orjson.OPT_SORT_KEYS)
-    ).hexdigest()
-    return f"{Path(label).stem}-{digest[:16]}"
+    return f"{Path(label).stem}-{hashlib.sha256(canonical).hexdigest()[:16]}"
