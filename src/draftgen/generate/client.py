@@ -418,79 +418,97 @@ class ChatClient:
                 raise FatalApiError(self._redact(str(exc))) from None
             started = time.monotonic()
             try:
-                if self.stop_reason:
-                    raise RunStopped(self.stop_reason)
-                if self._budget is None:
-                    completion = await self._attempt(endpoint, body, stream)
-                else:
-                    # Its worst case reserved; an attempt that waited for room may find the
-                    # run stopped meanwhile.
-                    async with self._budget.admit(len(body)):
-                        if self.stop_reason:
-                            raise RunStopped(self.stop_reason)
-                        completion = await self._attempt(endpoint, body, stream)
-                        self._budget.record(completion.cost)
+                completion = await self._within_budget(endpoint, body, stream)
             except ApiError as exc:
                 error = exc
                 if exc.billed is not None and keep_refused is not None:
                     refused += 1
                     await keep_refused(exc.billed, len(body))
             else:
-                self.router.succeeded(endpoint)
-                completion.endpoint = endpoint.label
-                completion.endpoint_latency = time.monotonic() - started
-                if _log.isEnabledFor(logging.DEBUG):  # every request passes here: build no extra
-                    _log.debug(
-                        "attempt %d on %s: completion in %.3f s",
-                        attempt,
-                        endpoint.label,
-                        completion.endpoint_latency,
-                        extra={"endpoint": endpoint.label, "attempt": attempt},
-                    )
+                self._succeeded(endpoint, completion, started, attempt)
                 return completion, errors
             finally:
                 self.router.release(endpoint)
-            self.stats.errors[error.kind] += 1
-            errors.append(
-                AttemptError(
-                    error.kind,
-                    self._redact(error.message),
-                    error.status,
-                    time.time(),
-                    endpoint.label,
-                )
-            )
             tried.add(endpoint.label)
-            _log.debug(
-                "attempt %d on %s failed: %s",
-                attempt,
-                endpoint.label,
-                errors[-1].message,
-                extra={"endpoint": endpoint.label, "attempt": attempt, "kind": error.kind},
-            )
-            # Pushback and health are per endpoint; a fleet absorbs one misconfigured member.
-            absorbed = self.router.failed(endpoint, error)
-            if self.dead_start.verdict is not None:
-                raise FatalApiError(self._redact(self.dead_start.verdict))
-            if error.fatal and not absorbed:
-                raise FatalApiError(self._redact(str(error)))
-            if refused >= REFUSED_ANSWERS:
-                raise GenerationFailed(REFUSED_USAGE, errors)
-            if not error.retryable and not absorbed:
-                raise GenerationFailed(error.kind, errors)
+            self._note_failure(endpoint, error, errors, attempt, refused >= REFUSED_ANSWERS)
             if attempt < self.retry.max_attempts:
-                self.stats.retries += 1
-                self.stats.retried[error.kind] += 1
-                if self._max_retries is not None and self.stats.retries > self._max_retries:
-                    raise FatalApiError(
-                        f"the run used up its retry budget ({self._max_retries} retries, last: "
-                        f"{error.kind}); the server keeps failing, so try again later"
-                    )
                 wait = error.retry_after
                 if wait is not None and self.router.has_alternative(tried):
                     wait = None  # Retry-After speaks for the endpoint that sent it, not the rest
                 await self._pause(wait if wait is not None else self.retry.backoff(attempt))
         raise GenerationFailed(f"gave_up_after_{self.retry.max_attempts}_attempts", errors)
+
+    async def _within_budget(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
+        """One attempt, its worst case reserved under ``--max-cost`` while it is in flight."""
+        if self.stop_reason:
+            raise RunStopped(self.stop_reason)
+        if self._budget is None:
+            return await self._attempt(endpoint, body, stream)
+        # An attempt that waited for room may find the run stopped meanwhile.
+        async with self._budget.admit(len(body)):
+            if self.stop_reason:
+                raise RunStopped(self.stop_reason)
+            completion = await self._attempt(endpoint, body, stream)
+            self._budget.record(completion.cost)
+            return completion
+
+    def _succeeded(
+        self, endpoint: Endpoint, completion: Completion, started: float, attempt: int
+    ) -> None:
+        self.router.succeeded(endpoint)
+        completion.endpoint = endpoint.label
+        completion.endpoint_latency = time.monotonic() - started
+        if _log.isEnabledFor(logging.DEBUG):  # every request passes here: build no extra
+            _log.debug(
+                "attempt %d on %s: completion in %.3f s",
+                attempt,
+                endpoint.label,
+                completion.endpoint_latency,
+                extra={"endpoint": endpoint.label, "attempt": attempt},
+            )
+
+    def _note_failure(
+        self,
+        endpoint: Endpoint,
+        error: ApiError,
+        errors: list[AttemptError],
+        attempt: int,
+        refused_out: bool,
+    ) -> None:
+        """Record a failed attempt; raise what ends the request (``refused_out``: its answers
+        refused for their usage are all it may buy) or the run, and count a retry when one
+        follows."""
+        self.stats.errors[error.kind] += 1
+        errors.append(
+            AttemptError(
+                error.kind, self._redact(error.message), error.status, time.time(), endpoint.label
+            )
+        )
+        _log.debug(
+            "attempt %d on %s failed: %s",
+            attempt,
+            endpoint.label,
+            errors[-1].message,
+            extra={"endpoint": endpoint.label, "attempt": attempt, "kind": error.kind},
+        )
+        # Pushback and health are per endpoint; a fleet absorbs one misconfigured member.
+        absorbed = self.router.failed(endpoint, error)
+        if self.dead_start.verdict is not None:
+            raise FatalApiError(self._redact(self.dead_start.verdict))
+        if error.fatal and not absorbed:
+            raise FatalApiError(self._redact(str(error)))
+        if refused_out:
+            raise GenerationFailed(REFUSED_USAGE, errors)
+        if not error.retryable and not absorbed:
+            raise GenerationFailed(error.kind, errors)
+        if attempt < self.retry.max_attempts:
+            self.stats.retries += 1
+            self.stats.retried[error.kind] += 1
+            if self._max_retries is not None and self.stats.retries > self._max_retries:
+                raise FatalApiError(
+                    f"the run used up its retry budget ({self._max_retries} retries, last: "
+                    f"{error.kind}); the server keeps failing, so try again later"
+                )
 
     async def _pause(self, seconds: float) -> None:
         """The wait before a retry, cut short by a dead endpoint's verdict."""
