@@ -37,6 +37,7 @@ from draftgen.store.database import (
     read_side_file,
     side_file_line,
 )
+from draftgen.store.reserve import Reserve
 
 TOKENIZER = "fixture:kimi-k2.5"
 FULL = "database or disk is full"
@@ -127,7 +128,7 @@ def test_a_store_deleted_mid_run_stops_it_and_the_saved_store_is_resumed(tmp_pat
     # Before: the run went on into the unlinked file, exit 0, and the resume bought all again.
     assert 8 <= stored(saved) == served < 40  # the requests in flight were stored too
     assert sorted(p.name for p in run_options.out.iterdir()) == sorted(
-        ["draftgen.lock", "rejected.jsonl", saved.name]
+        ["draftgen.journal", "draftgen.lock", "rejected.jsonl", saved.name]
     )  # the lost file's journal is gone: SQLite would lay it over the next store
     asyncio.run(run(run_options))
     assert stored(db) == len(sim.truth) == 40  # the resume bought only what was missing
@@ -179,7 +180,11 @@ def test_a_store_deleted_after_the_last_commit_is_saved_before_the_run_ends(tmp_
     assert str(info.value).endswith(f"saved in {saved}, which the same command resumes from")
     store.close()
     assert stored(saved) == 3
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["draftgen.lock", saved.name]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "draftgen.journal",
+        "draftgen.lock",
+        saved.name,
+    ]
 
 
 # -- an emptied or foreign database file ---------------------------------------------------------
@@ -205,6 +210,7 @@ def test_an_emptied_or_foreign_store_in_a_run_directory_is_refused(tmp_path, sim
     run_options = options(tmp_path, sim, rows=5)
     asyncio.run(run(run_options))
     db, out = run_options.out / "draftgen.sqlite", run_options.out
+    (out / "draftgen.journal").unlink()  # a store from before the record: nothing rebuilds it
     db.write_bytes(content)
     with pytest.raises(StoreError) as info:
         asyncio.run(run(run_options))
@@ -341,8 +347,15 @@ def store_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "draftgen.store"]
 
 
+@pytest.fixture
+def no_reserve(monkeypatch):
+    """No room held in reserve (the disk had none as the run started): the writer's patience
+    alone keeps the writes a full disk refuses."""
+    monkeypatch.setattr(Reserve, "hold", lambda reserve: False)
+
+
 def test_a_disk_full_for_a_while_holds_the_writes_and_stores_each_once(
-    tmp_path, sim, monkeypatch, caplog
+    tmp_path, sim, monkeypatch, caplog, no_reserve
 ):
     monkeypatch.setattr(writer, "RETRY_FIRST_DELAY", 0.01)
     refused = RefusedWrites(monkeypatch, calls=range(3, 9))  # six refusals in a row
@@ -364,7 +377,7 @@ def test_a_disk_full_for_a_while_holds_the_writes_and_stores_each_once(
 
 
 def test_a_disk_full_past_patience_keeps_the_writes_in_a_side_file_the_resume_imports(
-    tmp_path, sim, monkeypatch
+    tmp_path, sim, monkeypatch, no_reserve
 ):
     monkeypatch.setattr(writer, "STORE_PATIENCE", 1.0)
     refused = RefusedWrites(monkeypatch, full_from=4)
@@ -388,7 +401,7 @@ def test_a_disk_full_past_patience_keeps_the_writes_in_a_side_file_the_resume_im
 
 
 def test_a_write_that_cannot_be_kept_anywhere_names_its_completions(
-    tmp_path, sim, monkeypatch, caplog
+    tmp_path, sim, monkeypatch, caplog, no_reserve
 ):
     monkeypatch.setattr(writer, "STORE_PATIENCE", 0.0)
     RefusedWrites(monkeypatch, calls={3})
@@ -484,7 +497,7 @@ def fill_for_a_while(disk: Path, seconds: float) -> None:
         ballast.unlink()
 
 
-def test_a_real_full_disk_for_a_while_loses_nothing(tmp_path, sim, small_disk, caplog):
+def test_a_real_full_disk_for_a_while_loses_nothing(tmp_path, sim, small_disk, caplog, no_reserve):
     caplog.set_level(logging.WARNING, "draftgen.store")
     run_options = options(tmp_path, sim)
     run_options.out = small_disk / "run"

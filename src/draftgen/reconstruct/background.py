@@ -77,8 +77,7 @@ def reconstruct_all(
     """
     fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
     if store.meta("reconstruction") != fingerprint:
-        store.clear_samples()
-        store.set_meta("reconstruction", fingerprint)
+        store.restart_samples(fingerprint)
     tokenizer = load_tokenizer(tokenizer_spec)
     made = 0
     # Batches are read, encoded on every core, reconstructed and written in turn; a batch's
@@ -271,7 +270,9 @@ def _follow_run(
     fast_encoder.expect(load_tokenizer(tokenizer_spec), expected_chars)
     started.wait()
     profile = tokenizer_profile(tokenizer_spec, profile_name)
-    store = Store(run_dir)
+    # Never a new store: one deleted under the run before this opens is the run's to report,
+    # and a file made here would stand in the way of the resume's rebuild.
+    store = Store(run_dir, create=False)
     try:
         return reconstruct_all(store, tokenizer_spec, profile, follow=done, stop=stop)
     finally:

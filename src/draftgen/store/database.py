@@ -60,6 +60,7 @@ from draftgen.store.identity import (
     run_files,
     side_file_line,
 )
+from draftgen.store.journal import Journal, RecordRefused, mend, needs_rebuild
 from draftgen.store.merge_tables import MergeMixin
 from draftgen.store.providers import (
     PROVIDER_FIGURES,
@@ -69,6 +70,7 @@ from draftgen.store.providers import (
     provider_figures,
     replacement_statements,
 )
+from draftgen.store.reserve import Reserve
 from draftgen.store.samples import (
     FIGURES_EVERY,
     FIGURES_SHARE,
@@ -167,12 +169,16 @@ class Store(
 ):
     """Reads and synchronous writes; ``CompletionWriter`` does the writes of a live run."""
 
+    reserve: Reserve | None = None  # room held for a full disk while a run's writer is open
+
     def __init__(self, run_dir: Path, *, create: bool = True, lock: RunLock | None = None) -> None:
         """``lock``: the run's lock on the directory (``open_run``), released on ``close``."""
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / DB_NAME
         self.lock = lock
         _check_run_dir(self.run_dir)
+        if lock is None:
+            _mend_if_idle(self.run_dir)
         # The lock file a run made a moment ago is no sign that a run was here before.
         check_store_file(
             self.run_dir, create, ignore={LOCK_NAME} if lock and lock.made_file else ()
@@ -204,28 +210,50 @@ class Store(
         lock = RunLock(run_dir)
         lock.acquire()
         try:
-            restore_recovered(run_dir)
+            mend(run_dir)
             store = cls(run_dir, lock=lock)
         except BaseException:
             lock.release()
             raise
         try:
             store.import_unstored()
+            Journal(run_dir).seed(store.db)
         except BaseException:
             store.close()
             raise
         return store
 
     def open_writer(self, patience: float | None = None) -> CompletionWriter:
-        """The run's completion writer: after every commit it checks that this store's file is
-        still the one at its path, and it holds a write the disk refuses for up to ``patience``
-        seconds (``STORE_PATIENCE``) before keeping it in a side file."""
+        """The run's completion writer: it appends every write to the record before committing
+        it, after every commit it checks that this store's file is still the one at its path,
+        and it holds a write the disk refuses for up to ``patience`` seconds
+        (``STORE_PATIENCE``) before keeping it in a side file. A run's store holds room in
+        reserve for a full disk meanwhile (``Reserve``, given back on ``close``)."""
         self.identity.check(self.db)
+        # What the run was made with, as it stands now: a store rebuilt from the record is
+        # resumed with the same checks as the one it replaces.
+        journal = Journal(self.run_dir)
+        try:
+            journal.append(
+                ("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", row)
+                for row in self.db.execute("SELECT name, value FROM meta")
+            )
+        except RecordRefused as exc:
+            raise StoreError(f"{exc}: free disk space or make {self.run_dir} writable") from None
+        finally:
+            journal.close()
+        if self.lock is not None:  # a run's: room for the answers in flight if the disk fills
+            reserve = Reserve(self.run_dir)
+            self.reserve = reserve if reserve.hold() else None
         default = writer.STORE_PATIENCE  # read now: a test shortens it
-        return CompletionWriter(self.path, self.identity, default if patience is None else patience)
+        return CompletionWriter(
+            self.path, self.identity, default if patience is None else patience, self.reserve
+        )
 
     def close(self) -> None:
         self.db.close()
+        if self.reserve is not None:
+            self.reserve.release()
         if self.identity is not None and self.identity.lost is not None:
             self.identity.drop_journal()  # the run's last connection to the lost file is closed
         if self.lock is not None:  # after the database: no connection of this run is left
@@ -236,3 +264,16 @@ class Store(
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _mend_if_idle(run_dir: Path) -> None:
+    """``mend`` a store lost or broken for a command that does not run (status, export) if no
+    run holds the directory (a run mends its own as it opens it)."""
+    if RunLock.holder(run_dir) is not None or not needs_rebuild(run_dir):
+        return
+    lock = RunLock(run_dir)
+    lock.acquire()
+    try:
+        mend(run_dir)  # judged again under the lock: another command may have done it
+    finally:
+        lock.release()

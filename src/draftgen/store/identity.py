@@ -294,9 +294,10 @@ def not_a_store(path: Path) -> StoreError:
     )
 
 
-def restore_recovered(run_dir: Path) -> None:
+def restore_recovered(run_dir: Path) -> bool:
     """Put back the store a run saved when its database was deleted under it (see
-    ``StoreIdentity``), or refuse a directory where that store and another one compete."""
+    ``StoreIdentity``), or refuse a directory where that store and another one compete; whether
+    one was put back."""
     path = run_dir / DB_NAME
     if not path.exists():
         # A journal without its database is the deleted store's: SQLite would lay its pages
@@ -305,11 +306,11 @@ def restore_recovered(run_dir: Path) -> None:
             (run_dir / f"{DB_NAME}{suffix}").unlink(missing_ok=True)
     recovered = sorted(run_dir.glob(RECOVERED_GLOB))
     if not recovered:
-        return
+        return False
     if len(recovered) == 1 and not path.exists():
         os.replace(recovered[0], path)
         _log.warning("resuming from %s, saved when the store was deleted under a run", recovered[0])
-        return
+        return True
     names = ", ".join(str(p) for p in recovered)
     if path.exists():
         raise StoreError(

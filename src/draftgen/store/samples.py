@@ -19,9 +19,9 @@ import orjson
 from draftgen.records import StoredCompletion, TokenSample
 from draftgen.store import writer
 from draftgen.store.completions import _stored_completion
-from draftgen.store.identity import StoreError
+from draftgen.store.identity import DB_NAME, StoreError
 from draftgen.store.providers import provider_figures
-from draftgen.store.schema import INSERT_SAMPLE, SELECT_COMPLETIONS
+from draftgen.store.schema import INSERT_SAMPLE, SELECT_COMPLETIONS, connect
 from draftgen.store.writer import _transaction, write_patiently
 
 
@@ -31,29 +31,48 @@ class SamplesMixin:
     db: sqlite3.Connection
     run_dir: Path
 
+    def restart_samples(self, fingerprint: str) -> None:
+        """Delete every sample, then record what the next ones are made with (meta
+        ``reconstruction``: the tokenizer, profile and version); a stop between the two only
+        leaves the delete to be done again."""
+        self.clear_samples()
+        self._write_samples(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+            [("reconstruction", fingerprint)],
+        )
+
     def clear_samples(self) -> None:
-        self.db.execute("DELETE FROM samples")
+        self._write_samples("DELETE FROM samples", [()])
 
     def add_samples(self, samples: list[TokenSample]) -> None:
         rows = [sample_row(s) for s in samples]  # made before the lock is taken
         self._write_samples(INSERT_SAMPLE, rows)
 
     def _write_samples(self, sql: str, rows: list[tuple]) -> None:
-        """``executemany`` in one transaction, waiting out a disk that refuses it like the
-        completion writer does: samples can be made again, but a run that has stored every
-        completion should not end in an error for want of a moment's disk space."""
+        """``executemany`` in one transaction, waiting out a disk that refuses it (full, or the
+        directory made read-only, the connection then opened again) like the completion writer
+        does: samples can be made again, but a run that has stored every completion should not
+        end in an error for want of a moment's disk space or permission."""
         try:
             write_patiently(
                 lambda: _transaction(self.db, sql, rows),
                 writer.STORE_PATIENCE,  # read now: a test shortens it
                 lambda: f"{len(rows)} samples",
                 self.run_dir,
+                reopen=self._reopen,
             )
         except sqlite3.OperationalError as exc:
             raise StoreError(
                 f"cannot write samples to the store ({exc}); the completions are stored: free "
-                "disk space and run draftgen export to reconstruct the rest"
+                "disk space or make the directory writable, and run draftgen export to "
+                "reconstruct the rest"
             ) from None
+
+    def _reopen(self) -> None:
+        """A connection opened while the store's file could not be written stays read-only."""
+        fresh = connect(self.run_dir / DB_NAME)
+        self.db.close()
+        self.db = fresh
 
     def providers_with_reason(self, reason: str) -> set[str]:
         return {

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import errno
 import logging
 import os
 import queue
@@ -20,12 +22,15 @@ import orjson
 from draftgen.records import Completion
 from draftgen.store.completions import _json_or_none, completion_statements
 from draftgen.store.identity import (
+    DB_NAME,
     StoreError,
     StoreHalted,
     StoreIdentity,
     _sync_directory,
     side_file_line,
 )
+from draftgen.store.journal import JOURNAL_NAME, Journal, RecordRefused, disk_full
+from draftgen.store.reserve import Reserve
 from draftgen.store.schema import (
     INSERT_COMPLETION,
     INSERT_ENDPOINT_EVENT,
@@ -56,10 +61,19 @@ class CompletionWriter:
     tried again, its rows held in memory, before it is kept in a side file
     (``unstored-<time>.jsonl``, imported by the next run) and the run stopped; None: it fails at
     once, as for a store written outside a run (``Store.open_writer`` gives a run's writer).
+
+    Every group is appended to the store's record (``Journal``) and fsync'd before its commit.
+    ``reserve``: room held on the disk, given back the first time the disk is full so that the
+    group and the answers still in flight are written; each group is then acknowledged with a
+    ``DiskFullStop``, which stops the run saying how many answers the reserve took.
     """
 
     def __init__(
-        self, path: Path, identity: StoreIdentity | None = None, patience: float | None = None
+        self,
+        path: Path,
+        identity: StoreIdentity | None = None,
+        patience: float | None = None,
+        reserve: Reserve | None = None,
     ) -> None:
         self.failure_reasons: collections.Counter = collections.Counter()  # this process's
         # (statements, the future of the coroutine awaiting them, or None), or None to stop.
@@ -67,6 +81,9 @@ class CompletionWriter:
         self._db = connect(path)
         self._identity = identity or StoreIdentity(Path(path))
         self._patience = patience
+        self._journal = Journal(Path(path).parent)
+        self._reserve = reserve
+        self._full: DiskFullStop | None = None  # the disk filled and the reserve was given back
         self._side_file = Path(path).parent / (
             f"unstored-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl"
         )
@@ -121,6 +138,7 @@ class CompletionWriter:
         self._closing.set()  # a write being retried goes to the side file now
         self._queue.put(None)
         self._thread.join()
+        self._journal.close()
         if self._unsaved:
             self._identity.save_again(self._db)
         self._db.close()
@@ -155,6 +173,9 @@ class CompletionWriter:
                 _settle(batch, StoreError(f"cannot write to the store: {exc}"))
             else:
                 _settle(batch, StoreHalted(self._keep_aside(batch, exc)))
+                if self._full is not None:
+                    self._full.aside += _completions_in(batch)
+                    self._full.side_file = self._side_file
             return
         except Exception as exc:
             if len(batch) > 1:
@@ -172,18 +193,53 @@ class CompletionWriter:
             self._unsaved = was_lost
             _settle(batch, exc)
             return
-        _settle(batch, None)
+        if self._full is not None:
+            self._full.stored += _completions_in(batch)
+        _settle(batch, self._full)
 
     def _write_patiently(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
-        """``_write``, tried again while the disk refuses it for up to ``patience`` seconds (none
-        once a write went to the side file, or as the writer closes); raises the last error."""
+        """The group appended to the record (once) and ``_write``, tried again while the disk
+        refuses it for up to ``patience`` seconds (none once a write went to the side file, or
+        as the writer closes); the reserve given back the first time the disk is full. Raises
+        the last error."""
+        recorded = []
+
+        def write() -> None:
+            if not recorded:
+                self._journal.append(s for statements, _ in batch for s in statements)
+                recorded.append(True)
+            self._write(batch)
+
+        def write_or_release() -> None:
+            try:
+                write()
+            except sqlite3.OperationalError as exc:
+                if self._full is not None or not disk_full(exc) or not self._release(exc):
+                    raise
+                write()  # in the room the reserve gave back
+
         write_patiently(
-            lambda: self._write(batch),
+            write_or_release,
             0.0 if self._gave_up or self._patience is None else self._patience,
             lambda: f"{len(batch) + self._queue.qsize()} writes",
             self._side_file.parent,
             self._closing,
         )
+
+    def _release(self, exc: sqlite3.OperationalError) -> bool:
+        """Give the reserve back (False: none was held); the run stops once the answers in
+        flight are written."""
+        released = self._reserve is not None and self._reserve.release()
+        if released:
+            self._full = DiskFullStop(self._journal.path.parent, self._reserve.size)
+            _log.warning(
+                "the disk is full (%s): the %d MiB held in reserve in %s were given back to "
+                "write the answers in flight, and the run stops",
+                exc,
+                self._reserve.size >> 20,
+                self._reserve.path,
+            )
+        return released
 
     def _write(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
         begin_immediate(self._db)
@@ -245,16 +301,45 @@ class CompletionWriter:
             _sync_directory(self._side_file.parent)
 
 
+class DiskFullStop(StoreHalted):
+    """The disk filled during the run and the writer wrote the answers in flight in the room
+    held in reserve: those answers are stored (every write it acknowledges with this is), and
+    the run stops. Its sentence is made when it is read, so it counts every answer so kept."""
+
+    def __init__(self, run_dir: Path, reserve: int) -> None:
+        super().__init__("the disk is full")
+        self.run_dir, self.reserve = run_dir, reserve
+        self.stored = 0  # completions written after the disk filled
+        self.aside = 0  # ... kept in a side file when even the reserve was not enough
+        self.side_file: Path | None = None
+
+    def __str__(self) -> str:
+        aside = (
+            f", and {self.aside} more in {self.side_file}, which the next run imports"
+            if self.aside
+            else ""
+        )
+        return (
+            f"the disk holding {self.run_dir} is full: the {self.stored} answers that arrived "
+            f"after it filled are stored in {DB_NAME} and {JOURNAL_NAME} there, in the "
+            f"{self.reserve >> 20} MiB held in reserve{aside}; free disk space and rerun the "
+            "same command to resume"
+        )
+
+
 def write_patiently(
     write: Callable[[], None],
     patience: float,
     waiting: Callable[[], str],
     where: Path,
     stop: threading.Event | None = None,
+    reopen: Callable[[], None] | None = None,
 ) -> None:
     """Call ``write``, and again while the disk refuses it (``_disk_refused``) for up to
     ``patience`` seconds, sooner if ``stop`` is set; a warning every ``WARN_EVERY`` seconds
-    names what waits (``waiting()``) and where space is wanted. Raises the last error."""
+    names what waits (``waiting()``) and where space is wanted. ``reopen``: called after a
+    refusal for want of permission (a connection opened read-only stays so). Raises the last
+    error."""
     started = time.monotonic()
     delay, warned = RETRY_FIRST_DELAY, None
     while True:
@@ -269,13 +354,17 @@ def write_patiently(
                 warned = time.monotonic()
                 _log.warning(
                     "cannot write to the store (%s): %s wait in memory and are tried again for "
-                    "up to %.0f s more; free disk space in %s",
+                    "up to %.0f s more; %s %s",
                     exc,
                     waiting(),
                     patience - waited,
+                    "make writable" if _unwritable(exc) else "free disk space in",
                     where,
                 )
             (stop or threading.Event()).wait(min(delay, patience - waited))
+            if reopen is not None and _unwritable(exc):
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    reopen()
             delay = min(delay * 2, RETRY_MAX_DELAY)
             continue
         if warned is not None:
@@ -299,8 +388,10 @@ def _transaction(db: sqlite3.Connection, sql: str, rows: list[tuple]) -> None:
 
 
 def _disk_refused(exc: sqlite3.OperationalError) -> bool:
-    """A write the disk or another connection refused for now (full, I/O error, locked), which
-    a later try may get through, unlike a statement that cannot work."""
+    """A write the disk or another connection refused for now (full, I/O error, locked, made
+    read-only), which a later try may get through, unlike a statement that cannot work."""
+    if isinstance(exc, RecordRefused):
+        return exc.errno in _REFUSING_ERRNOS
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         primary = code & 0xFF
@@ -309,9 +400,30 @@ def _disk_refused(exc: sqlite3.OperationalError) -> bool:
             sqlite3.SQLITE_IOERR,
             sqlite3.SQLITE_BUSY,
             sqlite3.SQLITE_LOCKED,
+            sqlite3.SQLITE_READONLY,
+            sqlite3.SQLITE_CANTOPEN,
         )
     text = str(exc)
-    return any(words in text for words in ("disk is full", "disk I/O error", "is locked"))
+    return any(
+        words in text for words in ("disk is full", "disk I/O error", "is locked", "readonly")
+    )
+
+
+# What an append to the record meets on a disk that may take it later: full, out of quota, an
+# I/O error, a directory or file made read-only.
+_REFUSING_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EPERM, errno.EROFS}
+)
+
+
+def _unwritable(exc: sqlite3.OperationalError) -> bool:
+    """A write refused for want of permission (a directory or file made read-only)."""
+    if isinstance(exc, RecordRefused):
+        return exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
+    return "readonly" in str(exc)
 
 
 def _completion_ids(batch: list[tuple[list, asyncio.Future | None]]) -> list[tuple[str, str]]:
