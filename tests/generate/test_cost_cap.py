@@ -59,6 +59,24 @@ def test_without_max_tokens_the_listings_longest_answer_is_reserved(caplog):
     assert spend.worst_case(24) == (24 + 100) * PRICE
 
 
+def test_a_stop_before_the_limit_is_near_says_what_one_more_request_could_cost():
+    spend = SpendGuard(0.002)
+    spend.begin(Prices(PRICE, PRICE, True, LISTED.source, most_tokens=4000), None, Tally())
+
+    async def go():
+        async with spend.admit(24):
+            pass
+
+    with pytest.raises(BudgetReached) as caught:
+        asyncio.run(go())
+    assert str(caught.value) == (
+        "reached --max-cost $0.0020: spent $0.00 on 0 completions in this run directory, as "
+        "draftgen status shows; one more request could cost $0.003838 (4,000 tokens and its "
+        "prompt at the listed prices of test/model), more than the $0.002000 left: a lower "
+        "--max-tokens lets it go; raise --max-cost and rerun the same command to continue"
+    )
+
+
 def test_attempts_beyond_the_room_wait_for_those_in_flight_and_none_passes_the_limit():
     """Forty attempts at once, each answer costing anything up to its worst case (the server
     says what it likes within max_tokens): what is spent never passes the limit."""
@@ -106,7 +124,9 @@ def test_an_attempt_that_could_pass_the_limit_alone_stops_the_run():
     assert spend.reached and spend.reserved == 0
     assert str(caught.value) == (
         "reached --max-cost $0.0010: spent $0.00009537 on 1 completions in this run directory, "
-        "as draftgen status shows; raise --max-cost and rerun the same command to continue"
+        "as draftgen status shows; one more request could cost $0.0009766 (1,000 tokens and its "
+        "prompt at the listed prices of test/model), more than the $0.0008817 left: a lower "
+        "--max-tokens lets it go; raise --max-cost and rerun the same command to continue"
     )
 
 

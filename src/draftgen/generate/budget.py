@@ -196,6 +196,7 @@ class SpendGuard:
         self.prices: Prices | None = None
         self.max_tokens: int | None = None
         self.reached = False  # an attempt was refused: the run stopped at the limit
+        self.too_dear: float | None = None  # the worst case that alone would have passed it
         self._last = 0.0  # what the last recorded completion counts so far
         self._holding = 0  # attempts holding a reservation
         self._waiters: list[asyncio.Future] = []
@@ -253,6 +254,7 @@ class SpendGuard:
                 # attempt takes all the room left (one at a time).
                 worst = self.dearest if self.billed else self.limit - self.spent
             if self.spent + worst > self.limit:
+                self.too_dear = worst
                 raise self._reached()
             if not self._holding or self.spent + self.reserved + worst <= self.limit:
                 break
@@ -336,5 +338,18 @@ class SpendGuard:
         return (
             f"reached --max-cost ${self.limit:.4f}: spent {usd(self.shown)} on "
             f"{self.completions} completions{refused} in this run directory, as draftgen status "
-            f"shows{counted}; raise --max-cost and rerun the same command to continue"
+            f"shows{counted}{self._next_request()}; raise --max-cost and rerun the same command "
+            "to continue"
+        )
+
+    def _next_request(self) -> str:
+        """Why the next request was not sent although the limit was not reached: its worst case
+        (said where most of the limit is left: a run stopped at its first requests)."""
+        left = self.limit - self.spent
+        if self.too_dear is None or left < self.limit / 2 or self.max_tokens is None:
+            return ""
+        return (
+            f"; one more request could cost {usd(self.too_dear)} ({self.max_tokens:,} tokens "
+            f"and its prompt at {self.prices.source if self.prices else 'listed prices'}), more "
+            f"than the {usd(left)} left: a lower --max-tokens lets it go"
         )
