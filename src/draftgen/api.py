@@ -62,6 +62,8 @@ _LAZY = {
     "ProviderEndpoint": "draftgen.backends.listing",
     # What an export is asked for (draftgen export's flags), for RunDir.write_export.
     "ExportOptions": "draftgen.outputs.export",
+    # A signal raised as Ctrl-C is, naming which (the CLI exits 128 + its number).
+    "SignalInterrupt": "draftgen.outputs.stop_signals",
     # The batch timing line status and the progress show (one wording for both).
     "timing_text": "draftgen.store.batch_timing",
 }

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from draftgen.cli.parser import (
     ENGINE_COMMANDS,
@@ -20,6 +21,9 @@ from draftgen.cli.parser import (
 from draftgen.cli.parser import say_error as _say_error
 from draftgen.options import setting_named
 from draftgen.redact import printable, redact
+
+if TYPE_CHECKING:
+    from draftgen.api import RunSummary
 
 EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
 EXIT_INTERNAL = 1  # a bug in draftgen: one line, the traceback with --log-level debug
@@ -119,14 +123,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_exit_code(summary)
 
 
-def run_exit_code(summary) -> int:
+def run_exit_code(summary: RunSummary) -> int:
     """The exit code of a run the library returned (``RunSummary.outcome``), its word said."""
     if summary.outcome == "interrupted":
         print(
             "draftgen: interrupted; everything stored is kept and the same command resumes",
             file=sys.stderr,
         )
-        return 128 + signal.Signals[summary.signal_name]
+        # 128 + the signal, as a shell reports a process it ended (not known: Ctrl-C's).
+        return 128 + (summary.signal or signal.SIGINT)
     if summary.outcome == "stopped":
         print(f"draftgen: stopped: {shown(summary.stopped)}", file=sys.stderr)
         return EXIT_STOPPED
@@ -233,7 +238,7 @@ class ExportSignals:
         if self.complete:
             self.late = signum
             return
-        from draftgen.outputs.stop_signals import SignalInterrupt
+        from draftgen.api import SignalInterrupt
 
         raise SignalInterrupt(signum)
 

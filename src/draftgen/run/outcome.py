@@ -7,7 +7,6 @@ prints the summary; ``Run.execute()`` gives a Python caller the same summary or 
 
 from __future__ import annotations
 
-import signal as signals
 from dataclasses import dataclass, field
 
 from draftgen.generate.errors import RunError
@@ -33,11 +32,6 @@ class RunSummary:
         if self.stopped == INTERRUPTED:
             return INTERRUPTED
         return STOPPED if self.stopped else COMPLETE
-
-    @property
-    def signal_name(self) -> str:
-        """The interrupting signal's name (SIGINT when it is not known: Ctrl-C is the usual)."""
-        return signals.Signals(self.signal or signals.SIGINT).name
 
 
 class NothingStored(RunError):
