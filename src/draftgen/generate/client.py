@@ -420,7 +420,9 @@ class ChatClient:
             try:
                 completion = await self._within_budget(endpoint, body, stream)
             except ApiError as exc:
-                error = exc
+                # Without its traceback: its frames hold what was read (up to the byte cap), and
+                # the frame that keeps it would make a cycle only the collector frees.
+                error = exc.with_traceback(None)
                 if exc.billed is not None and keep_refused is not None:
                     refused += 1
                     await keep_refused(exc.billed, len(body))
