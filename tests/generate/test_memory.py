@@ -5,6 +5,8 @@ bounded by the budget and not by the per-answer cap times the answers in flight 
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 
 import orjson
 from aiohttp import web
@@ -136,3 +138,36 @@ def test_endless_answers_at_once_hold_the_budget_not_the_cap_times_the_answers()
     assert memory.paused > 0 and memory.held == 0
     # One socket read is at most 256 KiB.
     assert 4 * MiB <= memory.peak <= 4 * MiB + 4 * MiB + 16 * 256 * 1024, memory.peak
+
+
+def test_what_a_refused_answer_read_is_freed_at_once_not_by_the_collector():
+    """Before, the refused attempt's error kept its traceback, whose frames held the 4 MiB read
+    in a cycle with the frame that kept the error: freed only when the collector ran (which a
+    run paces for thousands of requests), so 32 endless bodies held 2.0 GB."""
+    server = Endless()
+
+    async def go() -> int:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", server.answer)
+        runner, base_url = await start_app(app)
+        try:
+            async with ChatClient(
+                base_url, "sk-test", concurrency=1, retry=RetryPolicy(1), max_response_bytes=4 * MiB
+            ) as client:
+                try:
+                    await client.complete(b'{"model": "m"}', True)
+                except GenerationFailed as exc:
+                    assert exc.errors[-1].kind == "response_too_large"
+                return tracemalloc.get_traced_memory()[0]
+        finally:
+            await runner.cleanup()
+
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        held = asyncio.run(go())
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert held < MiB, f"{held:,} bytes still held"
