@@ -40,18 +40,28 @@ def test_max_cost_stops_sending_says_what_was_spent_and_resumes(tmp_path):
     sim = SimProcess(tmp_path, TOKENIZER)
     try:
         inputs = write_prompts(tmp_path / "p.jsonl", 60, invalid=False)
+        # Without --max-tokens each request reserves the listing's longest answer (262,144
+        # tokens, $0.66 here): none is sent under a $0.003 cap, and the line says why.
+        result = draftgen(
+            *run_args(sim, [inputs], tmp_path / "unbounded", TOKENIZER),
+            *("--concurrency", "16", "--max-cost", "0.003"),
+        )
+        assert result.returncode == 3, result.stderr
+        assert "tokens and its prompt at the listed prices of test/model), more than the" in (
+            result.stderr
+        )
+        assert sim.truth() == []
         out = tmp_path / "run"
         # One completion costs about $0.0003 here; allow roughly ten of them.
-        result = draftgen(
-            *run_args(sim, [inputs], out, TOKENIZER, "--concurrency", "16", "--max-cost", "0.003")
-        )
+        capped = ("--concurrency", "16", "--max-tokens", "200")
+        result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, *capped, "--max-cost", "0.003"))
         assert result.returncode == 3, result.stderr
         assert "reached --max-cost $0.0030: spent $" in result.stderr
         first = stored_count(out)
         assert 3 <= first < 50
-        assert spent(out) <= 0.003 * 1.25  # the in-flight estimate is a mean, not a bound
+        assert spent(out) <= 0.003
         assert len(sim.truth()) == first  # nothing bought that was not stored
-        result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, "--concurrency", "16"))
+        result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, *capped))
         assert result.returncode == 0, result.stderr
         assert stored_count(out) > first
     finally:
