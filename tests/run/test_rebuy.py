@@ -168,7 +168,8 @@ def test_max_cost_holds_over_buying_again(tmp_path):
         plain = go(sim, inputs, tmp_path / "probe", keep_providers=True)
     cap = plain["cost"] * 1.05  # room for a few re-buys, not for all of them
     with simulator() as sim:
-        counts = go(sim, inputs, tmp_path / "run", max_cost=cap)
+        # --max-tokens: without it each request would reserve the listing's longest answer.
+        counts = go(sim, inputs, tmp_path / "run", max_cost=cap, max_tokens=200)
         spoiled = served_by(sim, REVISION_PROVIDER)
     # The guard refuses a request once spend plus the in-flight estimate (the mean cost) would
     # pass the cap, re-buys as any other: what is in flight may pass it by its answers' spread.
