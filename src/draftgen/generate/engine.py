@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -17,14 +16,13 @@ from dataclasses import dataclass, replace
 
 import orjson
 
-from draftgen.backends.base import Billed
 from draftgen.collector import collecting_less
 from draftgen.generate.budget import (
     BudgetReached,
     CostCounter,
+    Prices,
     SpendGuard,
     answer_bytes,
-    counted_cost,
     find_prices,
     tally,
 )
@@ -42,6 +40,7 @@ from draftgen.generate.errors import RunError
 from draftgen.generate.judge import judge
 from draftgen.generate.native_turn import NativeTurns, TokenPrompt
 from draftgen.generate.progress import ProgressDisplay, RunProgress
+from draftgen.generate.refusals import RefusedAnswers
 from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
 from draftgen.generate.serial import SerialExecutor
 from draftgen.generate.signals import SignalStop
@@ -69,7 +68,7 @@ from draftgen.store.database import (
     exclusion_statements,
     replacement_statements,
 )
-from draftgen.store.refused import refused_figures, refused_statements
+from draftgen.store.refused import refused_figures
 from draftgen.tokens.rendering import ChatRenderer, request_variables, template_renderer
 
 _log = logging.getLogger("draftgen.generate")
@@ -95,6 +94,9 @@ class LiveGeneration:
     bounds the requests in flight. ``ctx`` holds the run's options, settings, backend,
     tokenizer and profile, resolved once by the run.
     """
+
+    # rejected.jsonl, opened at the first rejected row: buying again rejects none.
+    rejected = None
 
     def __init__(
         self,
@@ -122,6 +124,7 @@ class LiveGeneration:
         # What earlier runs spent is counted by ``start_budget``, once the prices are known.
         self.budget = SpendGuard(options.max_cost) if options.max_cost is not None else None
         self.costs: CostCounter | None = None
+        self.refused = RefusedAnswers(self.writer, self.budget, self.listed_prices)
         self.client = self._client()
         self.stop = asyncio.Event()
         self.progress.watch(
@@ -140,7 +143,6 @@ class LiveGeneration:
         # the order they were built, so a run is repeatable (rendering holds the GIL anyway).
         self.render_pool = SerialExecutor("draftgen-render")
         self.rejected_path = options.out / REJECTED_NAME
-        self.rejected = None  # opened at the first rejected row: buying again rejects none
         self.seen_ids = SourceIds()
         self.display = ProgressDisplay(self.progress, interval=options.progress_interval)
         self.workers: list[asyncio.Task] = []
@@ -224,8 +226,8 @@ class LiveGeneration:
         tokens' price, never takes money off)."""
         if self.budget is None:
             return
-        first = endpoint_specs(self.base_url)[0].url  # a fleet serves one model at one price
-        self.costs = CostCounter(await find_prices(first, self.settings.model, self.api_key))
+        self.costs = CostCounter(await self.listed_prices())
+        self.refused.costs = self.costs
         stored = tally(self.costs, self.store.spend_rows())
         refused = refused_figures(self.store.db)
         self.budget.begin(self.costs.prices, self.options.max_tokens, stored, refused)
@@ -429,8 +431,9 @@ class LiveGeneration:
         """One calibration question, counted under ``--max-cost`` like any answer; its failed
         attempts are returned to be stored with it (the run's one count of retries)."""
         self.sending()
-        keep = functools.partial(self.keep_refused, None, "calibration", 0)
-        completion, errors = await self.client.complete(body, False, keep)
+        completion, errors = await self.client.complete(
+            body, False, self.refused.of(None, "calibration", 0)
+        )
         self.count_cost(completion, body)
         return completion, [error.as_dict() for error in errors]
 
@@ -748,7 +751,7 @@ class LiveGeneration:
         )
         self.sending()
         began = time.monotonic()
-        keep = functools.partial(self.keep_refused, plan.key, plan.source_id, plan.turn)
+        keep = self.refused.of(plan.key, plan.source_id, plan.turn)
         try:
             completion, errors = await self.client.complete(body, self.stream, keep)
         except GenerationFailed as exc:
@@ -804,9 +807,7 @@ class LiveGeneration:
         )
         self.sending()
         began = time.monotonic()
-        keep = functools.partial(
-            self.keep_refused, spoiled["key"], spoiled["source_id"], spoiled["turn"]
-        )
+        keep = self.refused.of(spoiled["key"], spoiled["source_id"], spoiled["turn"])
         completion, errors = await self.client.complete(body, self.stream, keep)
         self.count_cost(completion, request)
         self.rebuys.cost += max(completion.cost, 0.0)
@@ -834,35 +835,10 @@ class LiveGeneration:
             started, self.started = self.started, None
             started.set()
 
-    async def keep_refused(
-        self, key: str | None, source_id: str, turn: int, billed: Billed, request_bytes: int
-    ) -> None:
-        """Store an answer refused for its usage (a false cost, a count out of range) apart from
-        the completions, counted as spent at its billed estimate (``counted_cost`` of its
-        believable numbers, bytes bounding the others): the server billed it. With --max-cost
-        the estimate counts before any await, so no attempt is admitted on the lower figure."""
-        if self.costs is None:  # no --max-cost: the prices are found at the first refusal
-            first = endpoint_specs(self.base_url)[0].url
-            self.costs = CostCounter(await find_prices(first, self.settings.model, self.api_key))
-        prompt, completion = billed.prompt_tokens, billed.completion_tokens
-        cost, _ = counted_cost(
-            billed.cost,
-            prompt if prompt is not None else request_bytes,
-            completion if completion is not None else billed.answer_bytes,
-            self.costs.prices,
-        )
-        if self.budget is not None:
-            self.budget.add_refused(cost)
-        _log.warning(
-            "an answer refused for its usage (%s) is kept apart as billed, counted at $%.6g",
-            billed.reason,
-            cost,
-        )
-        row = {"key": key, "source_id": source_id, "turn": turn, "reason": billed.reason}
-        row.update(generation_id=billed.generation_id, provider=billed.provider)
-        row.update(usage=billed.usage, answer=billed.answer, cost=cost)
-        row.update(prompt_tokens=prompt, completion_tokens=completion)
-        await self.writer.write(refused_statements(row))
+    async def listed_prices(self) -> Prices:
+        """The model's prices as the listing of the run's (first) endpoint gives them."""
+        first = endpoint_specs(self.base_url)[0].url  # a fleet serves one model at one price
+        return await find_prices(first, self.settings.model, self.api_key)
 
     def count_cost(self, completion: Completion, request: bytes) -> None:
         """Count what the completion costs by ``CostCounter`` beyond the ``usage.cost`` the client
