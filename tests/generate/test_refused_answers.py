@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 
 import orjson
 import pytest
@@ -219,3 +225,65 @@ def test_every_answer_the_simulator_billed_is_stored_or_kept_apart(tmp_path, str
     for t in truth:
         bought[t["prompt_sha256"]] = bought.get(t["prompt_sha256"], 0) + 1
     assert max(bought.values()) <= 2
+
+
+class HeldAfterARefusal(FalseCostProvider):
+    """The first answer carries a false cost; every later request is held unanswered."""
+
+    release: asyncio.Event | None = None
+
+    async def complete(self, request: web.Request) -> web.Response:
+        if self.served:
+            self.served += 1
+            self.release = self.release or asyncio.Event()
+            await self.release.wait()  # until the test ends
+        return await super().complete(request)
+
+
+def test_a_refused_answer_is_durable_before_the_request_is_sent_again(tmp_path):
+    """kill -9 while the request is asked again: the refused answer is in the store."""
+    provider = HeldAfterARefusal()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    where: list = []
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        where.append(loop.run_until_complete(start_app(provider.app())))
+        started.set()
+        loop.run_forever()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    assert started.wait(10)
+    runner, base_url = where[0]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "r0", "messages": [{"role": "user", "content": "Q"}]}) + "\n")
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "draftgen.cli", "run", "--model", "test/model"]
+        + ["--tokenizer", TOKENIZER, "--input", str(rows), "--out", str(out)]
+        + ["--base-url", base_url, "--api-key-env", "DRAFTGEN_TEST_KEY", "--no-calibrate"]
+        + ["--no-stream", "--retry-base-delay", "0.01"],
+        env={**os.environ, "DRAFTGEN_TEST_KEY": "sk-test"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while provider.served < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert provider.served == 2  # asked again only once the refused answer was stored
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        process.kill()
+        if provider.release is not None:
+            loop.call_soon_threadsafe(provider.release.set)
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        server.join(10)
+    db = sqlite3.connect(out / "draftgen.sqlite")
+    assert db.execute("SELECT generation_id, cost FROM refused_answers").fetchall() == [
+        ("gen-1", PER_ANSWER)
+    ]
