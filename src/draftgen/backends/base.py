@@ -214,11 +214,20 @@ class StreamAccumulator:
         self.complete = False
         self.reasoning_field: str | None = None
         self._partial: list[bytes] = []  # the unfinished last line, in pieces
+        self._partial_size = 0
+        self._held = 0  # characters of the texts and tool calls, bytes of logprob entries
+        self._loose = {"content": 0, "reasoning": 0}  # pieces not yet joined, of each text
 
     def answer_bytes(self) -> int:
         """The bytes of the texts and tool calls received so far."""
         texts = sum(len(t.encode("utf-8", "surrogatepass")) for t in self.content + self.reasoning)
         return texts + (len(orjson.dumps(self.tool_calls)) if self.tool_calls else 0)
+
+    def held_bytes(self) -> int:
+        """About what the answer holds in memory so far (what the run's memory budget charges):
+        its texts, a str's overhead for each of their pieces, its unfinished line."""
+        pieces = len(self.content) + len(self.reasoning)
+        return self._held + PIECE_OVERHEAD * pieces + self._partial_size
 
     def feed_bytes(self, data: bytes) -> None:
         """Consume raw bytes as they arrive; lines may be split anywhere and be of any length
@@ -226,10 +235,12 @@ class StreamAccumulator:
         after ``[DONE]`` or a ``complete`` answer's last event is read."""
         if b"\n" not in data:
             self._partial.append(data)  # pieces, not concatenation: a long line stays linear
+            self._partial_size += len(data)
             return
         self._partial.append(data)
         lines = b"".join(self._partial).split(b"\n")
         self._partial = [lines.pop()]
+        self._partial_size = len(self._partial[0])
         for line in lines:
             self.feed_line(line)
             if self.done or self.complete:
@@ -272,17 +283,20 @@ class StreamAccumulator:
                 piece = delta.get(name)
                 if isinstance(piece, str):
                     # Some servers repeat the delta under both names: take the first only.
-                    self.reasoning.append(piece)
+                    self._add_text("reasoning", self.reasoning, piece)
                     self.reasoning_field = self.reasoning_field or name
                     break
             piece = delta.get("content")
             if isinstance(piece, str):
-                self.content.append(piece)
+                self._add_text("content", self.content, piece)
             if isinstance(delta.get("tool_calls"), list):
                 for piece in delta["tool_calls"]:
                     merge_tool_call_delta(self.tool_calls, piece)
+                self._held += len(delta["tool_calls"]) * PIECE_OVERHEAD
             if isinstance(choice.get("logprobs"), dict):
                 self.logprobs.append(choice["logprobs"])
+                entries = choice["logprobs"].get("content")
+                self._held += LOGPROB_ENTRY * (len(entries) if isinstance(entries, list) else 1)
             finish = _str_or_none(choice.get("finish_reason"))
             if finish:
                 self.finish_reason = finish
@@ -294,6 +308,17 @@ class StreamAccumulator:
         # OpenAI-compatible servers end with the usage chunk: after it comes only ``[DONE]``, so a
         # server that holds the connection open instead has delivered all it will.
         self.complete = self.complete or (with_usage and self.finish_reason is not None)
+
+    def _add_text(self, which: str, pieces: list[str], piece: str) -> None:
+        """Append ``piece``; every ``LOOSE_PIECES`` pieces are joined into one: a small str
+        costs ~50 bytes beyond its text, so a long answer's thousands of deltas would hold
+        ten times its text."""
+        pieces.append(piece)
+        self._held += len(piece)
+        self._loose[which] += 1
+        if self._loose[which] == LOOSE_PIECES:
+            pieces[-LOOSE_PIECES:] = ["".join(pieces[-LOOSE_PIECES:])]
+            self._loose[which] = 0
 
     def finish(self) -> Completion:
         rest, self._partial = b"".join(self._partial), []
@@ -350,6 +375,12 @@ def _usage_of(answer: dict, body: bytes | None, answer_bytes: int) -> dict:
             )
         raise
 
+
+# What a stream's answer holds beyond its text (``StreamAccumulator.held_bytes``): a str's header
+# for each piece (its deltas are joined ``LOOSE_PIECES`` at a time), a logprob entry's dict.
+PIECE_OVERHEAD = 56
+LOOSE_PIECES = 1024
+LOGPROB_ENTRY = 256
 
 # The counts a completion is stored with: SQLite's INTEGER holds 64 bits, but an answer's id
 # arrays are packed as 32-bit ints, so no real count comes near 2**31 and a bigger one is a lie

@@ -621,15 +621,17 @@ class ChatClient:
         cap = self._max_response_bytes
         clock = EventClock(self._idle_timeout)
         received = 0
+        # What the folded answer holds, far less than its events' bytes; an accumulator of
+        # another shape is charged what it read.
+        held = getattr(accumulator, "held_bytes", None)
         with self.memory.reading() as reading:
             async for data in response.content.iter_any():
                 received += len(data)
                 if received > cap:
                     raise self._too_large()
-                # What is read is charged whole: the folded texts hold less than their events.
-                self.memory.charge(reading, len(data))
                 clock.observe(data)
                 accumulator.feed_bytes(data)
+                self.memory.hold(reading, held() if held else received)
                 if accumulator.done:
                     break
                 # Every accumulator is a StreamAccumulator's; one of another shape never says so.

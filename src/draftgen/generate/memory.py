@@ -1,12 +1,5 @@
 """The memory of the answers being read: one byte budget shared by every response in flight, so a
 run's memory is bounded for the whole run, not per answer (issue #35).
-
-Each answer charges the bytes it has read (``ResponseMemory.reading``). Once the answers hold the
-whole budget, an answer waits before its next read until others let go, except the one that holds
-the most: it reads on to its own byte cap, so reading never deadlocks (the largest either ends,
-or passes its cap and is refused, and its bytes are released). A new request is not sent while
-the budget is spent (``room``). A paused answer is not read, so the server's bytes wait in the
-socket's buffers, not in this process (aiohttp pauses the transport and its read timeout).
 """
 
 from __future__ import annotations
@@ -33,7 +26,17 @@ class Reading:
 
 
 class ResponseMemory:
-    """The bytes the answers being read hold, against ``budget`` for the whole run."""
+    """The bytes the answers being read hold, against ``budget`` for the whole run.
+
+    Each answer charges what it holds (``reading``): a body what it has read, a stream its
+    folded answer (``StreamAccumulator.held_bytes``). Once the answers hold the whole budget,
+    an answer waits before its next read until others let go, except the one that holds the
+    most: it reads on to its own byte cap, so reading never deadlocks (the largest either ends,
+    or passes its cap and is refused, and its bytes are released). A new request is not sent
+    while the budget is spent (``room``). A paused answer is not read, so the server's bytes
+    wait in the socket's buffers, not in this process (aiohttp pauses the transport, and its
+    read timeout with it).
+    """
 
     def __init__(self, budget: int = RUN_RESPONSE_BYTES) -> None:
         self.budget = budget
@@ -59,8 +62,12 @@ class ResponseMemory:
 
     def charge(self, reading: Reading, size: int) -> None:
         """``size`` more bytes read by ``reading``."""
-        reading.held += size
-        self.held += size
+        self.hold(reading, reading.held + size)
+
+    def hold(self, reading: Reading, size: int) -> None:
+        """``reading`` holds ``size`` bytes now (a stream's folded answer: less than it read)."""
+        self.held += size - reading.held
+        reading.held = size
         self.peak = max(self.peak, self.held)
 
     async def wait_to_read(self, reading: Reading) -> bool:

@@ -1,8 +1,5 @@
-"""Answers refused for their usage (a false cost, a count out of range): billed by the server, so
-kept apart from the completions, never reconstructed or exported, and counted as spent.
-
-Rows are written through the run's ``CompletionWriter`` (durable once awaited) before the request
-is sent again or given up; ``draftgen status`` and ``--max-cost`` read their billed estimates.
+"""Answers refused for their usage (a false cost, a count out of range): billed, so kept apart from
+the completions (written by the run's ``CompletionWriter``), never exported, counted as spent.
 """
 
 from __future__ import annotations
