@@ -33,7 +33,13 @@ from draftgen.api import RunDir
 from draftgen.reconstruct import background
 from draftgen.run.pipeline import RunError, run
 from draftgen.store import journal, reserve
-from draftgen.store.database import INSERT_COMPLETION, CompletionWriter, Store, read_side_file
+from draftgen.store.database import (
+    INSERT_COMPLETION,
+    CompletionWriter,
+    Store,
+    StoreHalted,
+    read_side_file,
+)
 
 sim = test_store_identity.sim  # the fixture: a simulator in a thread
 
@@ -304,12 +310,14 @@ def test_a_disk_that_stays_full_stops_the_run_with_the_answers_in_flight_stored(
         asyncio.run(run(run_options))
     assert filler.done
     [(before, ballast)] = filled
-    kept = int(re.search(r"the (\d+) answers that arrived", str(info.value))[1])
-    assert str(info.value) == (
-        f"the disk holding {run_options.out} is full: the {kept} answers that arrived after it "
-        "filled are stored in draftgen.sqlite and draftgen.journal there, in the 1 MiB held in "
-        "reserve; free disk space and rerun the same command to resume"
+    said = re.fullmatch(
+        rf"the disk holding {re.escape(str(run_options.out))} is full: the (\d+) answers? that "
+        r"arrived after it filled (?:is|are) stored in draftgen\.sqlite and draftgen\.journal "
+        r"there, in the 1 MiB held in reserve; free disk space and rerun the same command to "
+        r"resume",
+        str(info.value),
     )
+    kept = int(said[1])
     # Before: 4 lost and 4 bought again, the final message saying 1 while the log named 4.
     assert stored(db) == len(sim.truth)  # every answer served is stored
     # The count said is what was written after the disk refused a write (some may have been
@@ -320,6 +328,47 @@ def test_a_disk_that_stays_full_stops_the_run_with_the_answers_in_flight_stored(
     asyncio.run(run(run_options))
     assert stored(db) == len(sim.truth) == 40  # nothing bought twice
     assert not (run_options.out / "draftgen.reserve").exists()  # held while writing only
+
+
+def test_the_stop_for_a_full_disk_counts_exactly_the_answers_written_in_the_reserve(
+    tmp_path, monkeypatch
+):
+    store = Store.open_run(tmp_path / "run")
+    writer = store.open_writer()
+    assert store.reserve is not None and store.reserve.path.stat().st_size == 32 << 20
+    original, calls = CompletionWriter._write, []
+
+    def write(self, batch):
+        calls.append(len(batch))
+        if len(calls) == 3:  # the disk fills at the third commit: the reserve makes room
+            raise sqlite3.OperationalError("database or disk is full")
+        return original(self, batch)
+
+    monkeypatch.setattr(CompletionWriter, "_write", write)
+
+    async def go():
+        outcomes = []
+        for i in range(10):
+            try:
+                await writer.add_completion(f"k{i}", "s", i, b"{}", answer(), 1, [], 0.0)
+                outcomes.append(None)
+            except StoreHalted as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    outcomes = asyncio.run(go())
+    writer.close()
+    assert outcomes[:2] == [None, None]
+    [stop] = set(outcomes[2:])  # the same stop for each write after the disk filled
+    assert str(stop) == (
+        f"the disk holding {tmp_path / 'run'} is full: the 8 answers that arrived after it "
+        "filled are stored in draftgen.sqlite and draftgen.journal there, in the 32 MiB held "
+        "in reserve; free disk space and rerun the same command to resume"
+    )
+    keys = store.db.execute("SELECT key FROM completions ORDER BY rowid").fetchall()
+    assert keys == [(f"k{i}",) for i in range(10)]  # all stored, the 8 in the reserve's room
+    assert not store.reserve.path.exists()
+    store.close()
 
 
 KILLED_RUN = """
@@ -366,7 +415,10 @@ def test_a_kill_while_the_disk_is_full_loses_nothing(tmp_path, sim, small_disk, 
         lines.append(line)
         if "held in reserve" in line:
             break
-    time.sleep(0.3)  # the answers in flight arrive and are written
+    if how == signal.SIGKILL:
+        time.sleep(0.3)  # the answers in flight arrive and are written
+    # SIGTERM at once: the run has stopped itself, and the signal is still its first (it had
+    # been taken for a second one, abandoning the requests in flight).
     child.send_signal(how)
     child.communicate(timeout=60)
     served = len(sim.truth)
@@ -427,8 +479,8 @@ def test_a_directory_made_read_only_for_a_while_waits_and_the_run_goes_on(
     assert any(
         re.fullmatch(
             r"cannot write to the store \(attempt to write a readonly database\): \d+ samples "
-            rf"wait in memory and are tried again for up to \d+ s more; make writable "
-            rf"{re.escape(str(run_options.out))}",
+            rf"wait in memory and are tried again for up to \d+ s more; make "
+            rf"{re.escape(str(run_options.out))} writable",
             warning,
         )
         for warning in store_warnings(caplog)

@@ -48,7 +48,9 @@ class SignalStop:
             self.loop.remove_signal_handler(signum)
 
     def on_signal(self, signum: int) -> None:
-        if self.engine.stop.is_set():
+        # A second signal, not a stop the run made itself (a store that took no more, a full
+        # disk): the requests in flight, paid for, are still given their grace after that one.
+        if self.engine.progress.signal is not None:
             self.say(self.engine.on_second_signal())
         else:
             self.engine.progress.signal = signum

@@ -16,6 +16,9 @@ from one part per thing the store keeps, each a module of its own:
   file opened, and the recovery of a store lost or of writes a full disk refused;
 - ``completions``: a completion's rows, both ways, and the reads of stored completions;
 - ``writer``: the write path alone (``CompletionWriter`` and its patience with the disk);
+- ``journal``: the record of every write beside the store, fsync'd before each commit, and the
+  store rebuilt from it when its file is truncated, damaged or deleted (``mend``);
+- ``reserve``: room held on the disk while a run writes, given back when the disk fills;
 - ``samples``: samples and verdicts, the exports' reads, ``SampleTally``;
 - ``providers``: providers' figures, exclusions and re-buys (``calibration`` beside it);
 - ``tallies``: what ``status`` counts; ``merge_tables``: a store's side of ``merge``.

@@ -31,7 +31,6 @@ from draftgen.store.schema import (
 )
 
 JOURNAL_NAME = "draftgen.journal"
-BROKEN_GLOB = "broken-*.sqlite"
 # An endpoint's ejections and readmissions are figures, not money: a rebuilt store goes without.
 UNRECORDED = frozenset({INSERT_ENDPOINT_EVENT})
 # Tables a store's first record copies (``seed``): all but what the reconstruction makes again
@@ -197,7 +196,9 @@ def store_damage(path: Path) -> str | None:
     if found == [("ok",)]:
         _FOUND_WHOLE[path] = seen
         return None
-    return f"damaged (SQLite's check: {found[0][0]})"
+    # quick_check's first finding, on one line ("*** in database main ***" is its heading).
+    finding = found[0][0].replace("*** in database main ***", "").strip().splitlines()[0]
+    return f"damaged (SQLite's check: {finding})"
 
 
 _FOUND_WHOLE: dict[Path, tuple[int, int, int, int]] = {}

@@ -319,11 +319,15 @@ class DiskFullStop(StoreHalted):
             if self.aside
             else ""
         )
+        answers = (
+            "the 1 answer that arrived after it filled is"
+            if self.stored == 1
+            else f"the {self.stored} answers that arrived after it filled are"
+        )
         return (
-            f"the disk holding {self.run_dir} is full: the {self.stored} answers that arrived "
-            f"after it filled are stored in {DB_NAME} and {JOURNAL_NAME} there, in the "
-            f"{self.reserve >> 20} MiB held in reserve{aside}; free disk space and rerun the "
-            "same command to resume"
+            f"the disk holding {self.run_dir} is full: {answers} stored in {DB_NAME} and "
+            f"{JOURNAL_NAME} there, in the {self.reserve >> 20} MiB held in reserve{aside}; "
+            "free disk space and rerun the same command to resume"
         )
 
 
@@ -354,12 +358,11 @@ def write_patiently(
                 warned = time.monotonic()
                 _log.warning(
                     "cannot write to the store (%s): %s wait in memory and are tried again for "
-                    "up to %.0f s more; %s %s",
+                    "up to %.0f s more; %s",
                     exc,
                     waiting(),
                     patience - waited,
-                    "make writable" if _unwritable(exc) else "free disk space in",
-                    where,
+                    f"make {where} writable" if _unwritable(exc) else f"free disk space in {where}",
                 )
             (stop or threading.Event()).wait(min(delay, patience - waited))
             if reopen is not None and _unwritable(exc):
