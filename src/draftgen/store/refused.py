@@ -30,7 +30,7 @@ def refused_statements(row: dict) -> list[tuple[str, tuple]]:
     marks = ", ".join("?" * len(_COLUMNS))
     return [
         (
-            f"INSERT INTO refused_answers ({', '.join(_COLUMNS)}) VALUES ({marks})",
+            f"INSERT OR IGNORE INTO refused_answers ({', '.join(_COLUMNS)}) VALUES ({marks})",
             tuple(values.get(name) for name in _COLUMNS),
         )
     ]

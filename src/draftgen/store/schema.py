@@ -164,7 +164,8 @@ CREATE TABLE IF NOT EXISTS refused_answers (
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
     cost REAL NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    UNIQUE (source_id, turn, created_at)  -- a record replayed twice keeps each answer once
 );
 """
 
