@@ -32,11 +32,12 @@ from test_store_identity import (
 from draftgen.api import RunDir
 from draftgen.reconstruct import background
 from draftgen.run.pipeline import RunError, run
-from draftgen.store import journal, reserve
+from draftgen.store import journal, reserve, samples, writer
 from draftgen.store.database import (
     INSERT_COMPLETION,
     CompletionWriter,
     Store,
+    StoreError,
     StoreHalted,
     read_side_file,
 )
@@ -485,3 +486,27 @@ def test_a_directory_made_read_only_for_a_while_waits_and_the_run_goes_on(
         )
         for warning in store_warnings(caplog)
     )
+
+
+def test_a_directory_read_only_past_the_patience_stops_with_one_sentence(
+    tmp_path, sim, monkeypatch
+):
+    # Read-only for good (simulated: every sample write refused as SQLite refuses it).
+    def refused(db, sql, rows):
+        error = sqlite3.OperationalError("attempt to write a readonly database")
+        error.sqlite_errorcode = sqlite3.SQLITE_READONLY
+        raise error
+
+    monkeypatch.setattr(samples, "_transaction", refused)
+    monkeypatch.setattr(writer, "STORE_PATIENCE", 1.0)
+    run_options = options(tmp_path, sim)
+    with pytest.raises(StoreError) as info:  # the CLI's "draftgen: ..." and exit 2
+        asyncio.run(run(run_options))
+    # Before: not waited on at all, and the reconstruction's clear_samples ended the run with
+    # exit 1 ("attempt to write a readonly database").
+    assert str(info.value) == (
+        "cannot write samples to the store (attempt to write a readonly database); the "
+        "completions are stored: free disk space or make the directory writable, and run "
+        "draftgen export to reconstruct the rest"
+    )
+    assert stored(run_options.out / "draftgen.sqlite") == len(sim.truth)
