@@ -181,6 +181,35 @@ def test_a_page_overwritten_is_rebuilt_by_status_and_the_resume_buys_nothing(tmp
     assert len(list(run_options.out.glob("broken-*.sqlite"))) == 1
 
 
+@pytest.mark.parametrize(
+    "content, damage",
+    [(b"", "empty (0 bytes)"), (b"<html>not a database</html>" * 200, "not an SQLite database")],
+)
+def test_an_emptied_or_foreign_store_beside_its_record_is_rebuilt(
+    tmp_path, sim, caplog, content, damage
+):
+    run_options = options(tmp_path, sim, rows=5)
+    asyncio.run(run(run_options))
+    out = run_options.out
+    db = out / "draftgen.sqlite"
+    db.write_bytes(content)
+    caplog.set_level(logging.WARNING, "draftgen.store")
+    # Before: refused ("is empty (0 bytes) but ... holds a run's files", "is not an SQLite
+    # database"): the user was told to find a backup.
+    assert RunDir(out).status()["completions"] == 5
+    [broken] = sorted(out.glob("broken-*.sqlite"))
+    assert broken.read_bytes() == content
+    [rebuilt] = [w for w in store_warnings(caplog) if "rebuilt" in w]
+    assert re.fullmatch(
+        REBUILT.format(
+            db=re.escape(str(db)), damage=re.escape(damage), out=re.escape(str(out)), count=5
+        ),
+        rebuilt,
+    )
+    asyncio.run(run(run_options))
+    assert len(sim.truth) == 5  # nothing bought again
+
+
 def test_a_store_deleted_before_the_reconstruction_opens_it_resumes_with_the_same_command(
     tmp_path, sim, monkeypatch
 ):
