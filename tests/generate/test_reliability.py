@@ -102,7 +102,10 @@ def test_ctrl_c_stops_sending_and_stores_what_was_in_flight(tmp_path):
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
         assert process.returncode == 130, stderr
-        assert "stopping; waiting up to 30 s for" in stderr and "interrupted" in stderr
+        # All eight workers may be between two requests (their answers being committed) as the
+        # signal comes: the line then says there is nothing to wait for.
+        waiting = ("stopping; waiting up to 30 s for", "stopping; no request is in flight")
+        assert any(line in stderr for line in waiting) and "interrupted" in stderr
         # Every response the server produced reached the store: nothing in flight was thrown away.
         assert stored_count(out) == len(sim.truth()) < 150
         # The interrupted run reconstructed what it reached in the background; export does the
