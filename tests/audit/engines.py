@@ -248,15 +248,23 @@ def developer_as_system(conversation: list[dict], template: str) -> list[dict]:
 def accepted_kwargs(tokenizer: Any, template: str, kwargs: dict) -> dict:
     """``resolve_chat_template_kwargs``: the kwargs the template reads, the tokenizer's
     ``apply_chat_template`` names, or transformers' base ``apply_chat_template`` names."""
+    names = _accepted_names(type(tokenizer), template)
+    return {k: v for k, v in kwargs.items() if k in names - {"chat_template", "tokenize"}}
+
+
+@functools.lru_cache(maxsize=64)
+def _accepted_names(tokenizer_class: type, template: str) -> frozenset[str]:
+    """``accepted_kwargs``' names, once per class and template (vLLM caches them too: parsing a
+    template for each request of the audit was a tenth of its time)."""
     from transformers import PythonBackend
 
     env = _compile_jinja_template(template).environment
     names = set(jinja2.meta.find_undeclared_variables(env.parse(template)))
-    own = inspect.signature(tokenizer.apply_chat_template).parameters
+    own = inspect.signature(tokenizer_class.apply_chat_template).parameters
     names |= {k for k, p in own.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
     base = inspect.signature(PythonBackend.apply_chat_template).parameters
     names |= {k for k, p in base.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    return {k: v for k, v in kwargs.items() if k in names - {"chat_template", "tokenize"}}
+    return frozenset(names)
 
 
 def template_kwargs(variables: dict, tools: list[dict] | None) -> dict:
@@ -701,6 +709,19 @@ def harmony_prompt_ids(tokenizer, messages, tools, variables: dict, now: dt.date
 # -- Mistral (MistralRenderer: mistral-common, never a template) --------------------------------
 
 
+@functools.lru_cache(maxsize=8)
+def mistral_tokenizer(directory: str) -> Any:
+    """mistral-common's tokenizer of a fixture directory, loaded once as a server loads it (a
+    Tekkenizer builds its whole vocabulary's pieces: 0.1-0.3 s a load)."""
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    path = Path(directory)
+    files = sorted(path.glob("tokenizer.model.v*"))
+    return MistralTokenizer.from_file(
+        path / "tekken.json" if (path / "tekken.json").is_file() else files[-1]
+    )
+
+
 def mistral_prompt_ids(tokenizer: Any, messages: list[dict], tools, variables: dict) -> list[int]:
     """vLLM's mistral mode: ``validate_request_params`` refuses any ``chat_template_kwargs``;
     ``truncate_tool_call_ids`` keeps an id's last 9 characters; ``MistralTokenizer.
@@ -710,7 +731,6 @@ def mistral_prompt_ids(tokenizer: Any, messages: list[dict], tools, variables: d
     tokenizer versions with model settings) and ``encode_chat_completion``'s tokens are the
     prompt; any error is a 400."""
     from mistral_common.protocol.instruct.request import ChatCompletionRequest
-    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
     settings = dict(variables)
     effort = settings.pop("reasoning_effort", None)
@@ -737,11 +757,7 @@ def mistral_prompt_ids(tokenizer: Any, messages: list[dict], tools, variables: d
             }
             for t in tools
         ]
-    directory = Path(tokenizer.name_or_path)
-    files = sorted(directory.glob("tokenizer.model.v*"))
-    mistral = MistralTokenizer.from_file(
-        directory / "tekken.json" if (directory / "tekken.json").is_file() else files[-1]
-    )
+    mistral = mistral_tokenizer(tokenizer.name_or_path)
     kwargs = {}
     if effort is not None and mistral.instruct_tokenizer.tokenizer.version.supports_model_settings:
         kwargs["reasoning_effort"] = effort
