@@ -291,6 +291,7 @@ def _checked_destination(ctx: RunContext) -> tuple[list[EndpointSpec] | None, st
     if base_url is not None:
         for spec in base_url:
             check_base_url(spec.url, options.allow_insecure_http)
+        _warn_of_a_test_tokenizer(options.tokenizer, base_url)
         if not api_key and ctx.backend.needs_api_key:
             state = "is empty" if options.api_key_env in os.environ else "is not set"
             raise RunError(
@@ -298,6 +299,21 @@ def _checked_destination(ctx: RunContext) -> tuple[list[EndpointSpec] | None, st
                 "in it or name another one with --api-key-env"
             )
     return base_url, api_key
+
+
+def _warn_of_a_test_tokenizer(tokenizer: str, endpoints: list[EndpointSpec]) -> None:
+    """A ``fixture:`` tokenizer (draftgen init's example, for --simulate) sent to a server off this
+    machine: its vocabulary is a test stand-in, so the samples would be proven against ids the
+    model does not have."""
+    remote = [s.url for s in endpoints if not _is_loopback(urlparse(s.url).hostname or "")]
+    if tokenizer.startswith("fixture:") and remote:
+        _log.warning(
+            "the tokenizer %s is a test fixture, not the model's own, and %s is not this machine: "
+            "set tokenizer to the model's hub id or a downloaded copy (draftgen.toml's tokenizer, "
+            "or --tokenizer) so the samples are the model's ids",
+            tokenizer,
+            endpoint_label(remote[0]),
+        )
 
 
 def _record_tokenizer_and_profile(ctx: RunContext, store: Store, profile: ModelProfile) -> None:
