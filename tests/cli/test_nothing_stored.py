@@ -61,8 +61,10 @@ def test_the_library_raises_what_the_cli_exits_2_for(tmp_path, failing_server):
     args[args.index("--max-attempts") + 1] = "1"
     result = draftgen(*args)
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "draftgen: no completion was stored: all 5 turns failed ("
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("draftgen: no completion was stored: all 5 turns failed (")
     )
 
 
