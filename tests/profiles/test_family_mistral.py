@@ -9,6 +9,7 @@ hands them over (``reasoning`` popped, tool-call ids cut to their last 9 charact
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import pytest
@@ -32,9 +33,16 @@ def tokenizers():
     return {name: load_tokenizer(f"fixture:{name}") for name in FIXTURES}
 
 
+@functools.cache
+def own_tokenizer(path: str) -> MistralTokenizer:
+    """mistral-common's tokenizer of a fixture's file, its own object (not draftgen's), loaded
+    once for the module: each load builds every piece of the vocabulary (0.3 s)."""
+    return MistralTokenizer.from_file(path)
+
+
 def own_ids(tokenizer, messages, tools=None, **kwargs):
-    """mistral-common's own prompt ids, from a tokenizer loaded afresh from the fixture's file."""
-    mistral = MistralTokenizer.from_file(str(mistral_tokenizer_file(tokenizer.name_or_path)))
+    """mistral-common's own prompt ids, from a tokenizer loaded apart from the fixture's file."""
+    mistral = own_tokenizer(str(mistral_tokenizer_file(tokenizer.name_or_path)))
     request = ChatCompletionRequest.from_openai(messages=messages, tools=tools, **kwargs)
     return mistral.encode_chat_completion(request).tokens
 
