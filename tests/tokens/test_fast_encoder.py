@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -44,6 +45,7 @@ SAMPLE = [
 ]
 
 
+@functools.cache  # read at collection, by two parametrizations: 30 fixtures' files hashed once
 def vocabulary(name: str) -> str:
     """What decides a fixture's ids and text (its vocabulary files, tokenizer code and config
     less the chat template): fixtures that share it share every id, so one stands for all."""
