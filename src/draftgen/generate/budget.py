@@ -4,7 +4,6 @@ sent, and a completion counts its ``usage.cost`` when believable, else its token
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 import orjson
 
 from draftgen.backends.listing import completion_limit, listed_model, prices_of
+from draftgen.generate.waiters import Waiters
 from draftgen.records import Completion
 from draftgen.redact import usd
 
@@ -199,7 +199,7 @@ class SpendGuard:
         self.too_dear: float | None = None  # the worst case that alone would have passed it
         self._last = 0.0  # what the last recorded completion counts so far
         self._holding = 0  # attempts holding a reservation
-        self._waiters: list[asyncio.Future] = []
+        self._waiters = Waiters()
 
     def begin(
         self,
@@ -258,7 +258,7 @@ class SpendGuard:
                 raise self._reached()
             if not self._holding or self.spent + self.reserved + worst <= self.limit:
                 break
-            await self._wait()  # the attempts in flight settle: room, or the limit
+            await self._waiters.wait()  # the attempts in flight settle: room, or the limit
         self.reserved += worst
         self._holding += 1
         try:
@@ -267,22 +267,7 @@ class SpendGuard:
             self._holding -= 1
             # Sums of floats drift: with nothing in flight nothing is reserved, exactly.
             self.reserved = self.reserved - worst if self._holding else 0.0
-            self._wake()
-
-    async def _wait(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+            self._waiters.wake_all()
 
     def _reached(self) -> BudgetReached:
         self.reached = True

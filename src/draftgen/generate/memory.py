@@ -4,9 +4,10 @@ run's memory is bounded for the whole run, not per answer (issue #35).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from draftgen.generate.waiters import Waiters
 
 # The bytes all answers being read may hold at once: 32 answers at the 64 MiB cap of one answer
 # would be 2 GiB, and each is copied at least once more as it is joined and parsed.
@@ -45,7 +46,7 @@ class ResponseMemory:
         self.paused = 0  # reads that waited for room
         self._readings: set[Reading] = set()
         self._begun = 0
-        self._waiters: list[asyncio.Future] = []
+        self._waiters = Waiters()
 
     @contextmanager
     def reading(self) -> Iterator[Reading]:
@@ -58,7 +59,7 @@ class ResponseMemory:
         finally:
             self._readings.discard(reading)
             self.held -= reading.held
-            self._wake()
+            self._waiters.wake_all()
 
     def charge(self, reading: Reading, size: int) -> None:
         """``size`` more bytes read by ``reading``."""
@@ -78,28 +79,13 @@ class ResponseMemory:
             if not waited:
                 self.paused += 1
                 waited = True
-            await self._wait()
+            await self._waiters.wait()
         return waited
 
     async def room(self) -> None:
         """Wait until the answers being read hold less than the budget (before a request)."""
         while self.held >= self.budget:
-            await self._wait()
+            await self._waiters.wait()
 
     def _largest(self, reading: Reading) -> bool:
         return reading is max(self._readings, key=lambda other: (other.held, -other.number))
-
-    async def _wait(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
