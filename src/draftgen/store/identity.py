@@ -19,7 +19,7 @@ from typing import ClassVar
 import orjson
 
 from draftgen.errors import DraftgenError
-from draftgen.store.schema import INSERT_COMPLETION, begin_immediate
+from draftgen.store.schema import INSERT_COMPLETION, write_transaction
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -59,14 +59,11 @@ class RecoveryMixin:
             if self.meta(marker) is None:
                 statements = read_side_file(side)
                 try:
-                    begin_immediate(self.db)
-                    for sql, params in statements:
-                        self.db.execute(sql, params)
-                    self.set_meta(marker, str(len(statements)))
-                    self.db.execute("COMMIT")
+                    with write_transaction(self.db):
+                        for sql, params in statements:
+                            self.db.execute(sql, params)
+                        self.set_meta(marker, str(len(statements)))
                 except sqlite3.Error as exc:
-                    if self.db.in_transaction:
-                        self.db.execute("ROLLBACK")
                     raise StoreError(
                         f"cannot import {side} into the store ({exc}); free disk space and rerun "
                         "the same command"

@@ -26,8 +26,8 @@ from draftgen.store.schema import (
     INSERT_ENDPOINT_EVENT,
     SCHEMA,
     _add_missing_columns,
-    begin_immediate,
     connect,
+    write_transaction,
 )
 
 JOURNAL_NAME = "draftgen.journal"
@@ -153,16 +153,10 @@ def replay(db: sqlite3.Connection, path: Path) -> int:
     finds its row already there (or cannot be written) left out, so a replay twice stores
     nothing twice; the completions it added."""
     before = db.execute("SELECT count(*) FROM completions").fetchone()[0]
-    begin_immediate(db)
-    try:
+    with write_transaction(db):
         for sql, params in read_side_file(path):
             with contextlib.suppress(sqlite3.IntegrityError, OverflowError):
                 db.execute(sql, params)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
     return db.execute("SELECT count(*) FROM completions").fetchone()[0] - before
 
 

@@ -4,8 +4,10 @@ added to stores made before them, and how a connection to a store is opened and 
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SCHEMA = """
@@ -251,3 +253,17 @@ def begin_immediate(db: sqlite3.Connection) -> None:
                 time.sleep(0.001)
     finally:
         db.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT * 1000)}")
+
+
+@contextlib.contextmanager
+def write_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction (``begin_immediate``) committed when the block ends, rolled back if
+    anything in it raises (a COMMIT refused for a full disk leaves the transaction open)."""
+    begin_immediate(db)
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise

@@ -35,8 +35,8 @@ from draftgen.store.schema import (
     INSERT_COMPLETION,
     INSERT_ENDPOINT_EVENT,
     INSERT_FAILURE,
-    begin_immediate,
     connect,
+    write_transaction,
 )
 
 # Seconds a run's writer keeps trying a write the disk refuses (full, I/O error, locked) before
@@ -242,16 +242,10 @@ class CompletionWriter:
         return released
 
     def _write(self, batch: list[tuple[list, asyncio.Future | None]]) -> None:
-        begin_immediate(self._db)
-        try:
+        with write_transaction(self._db):
             for statements, _ in batch:
                 for sql, params in statements:
                     self._db.execute(sql, params)
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
 
     def _keep_aside(self, batch: list[tuple[list, asyncio.Future | None]], exc: Exception) -> str:
         """Keep a write the store refused in the side file, or at least list its completions in
@@ -378,16 +372,9 @@ def write_patiently(
 
 
 def _transaction(db: sqlite3.Connection, sql: str, rows: list[tuple]) -> None:
-    """``executemany`` in one write transaction, rolled back if it fails (a COMMIT refused for
-    a full disk leaves the transaction open)."""
-    begin_immediate(db)
-    try:
+    """``executemany`` in one write transaction, rolled back if it fails."""
+    with write_transaction(db):
         db.executemany(sql, rows)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
 
 
 def _disk_refused(exc: sqlite3.OperationalError) -> bool:
