@@ -29,6 +29,7 @@ from draftgen.options import (
     SettingsError,
     config_tables,
     every_setting,
+    kind_of,
     simulator_flags,
     simulator_value,
 )
@@ -176,7 +177,7 @@ def load_config(path: Path) -> dict[str, Any]:
             if not isinstance(value, dict):
                 raise ConfigError(
                     f"{path}: chat_template_kwargs must be a table of template variables, e.g. "
-                    f"chat_template_kwargs = {{ enable_thinking = false }}, not {_kind(value)}"
+                    f"chat_template_kwargs = {{ enable_thinking = false }}, not {kind_of(value)}"
                 )
             values[key] = dict(value)
             continue
@@ -214,7 +215,9 @@ def load_simulator_table(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax there") from None
     section = document.get(SIMULATOR_TABLE, {})
     if not isinstance(section, dict):
-        raise ConfigError(f"{path}: simulator must be a table ([simulator]), not {_kind(section)}")
+        raise ConfigError(
+            f"{path}: simulator must be a table ([simulator]), not {kind_of(section)}"
+        )
     declared = {name: flag for name, flag, _ in simulator_flags()}
     values = {}
     for key, value in section.items():
@@ -231,7 +234,7 @@ def load_simulator_table(path: Path) -> dict[str, Any]:
 
 def _command_table(path: Path, name: str, section: object) -> dict[str, Any]:
     if not isinstance(section, dict):
-        raise ConfigError(f"{path}: {name} must be a table ([{name}]), not {_kind(section)}")
+        raise ConfigError(f"{path}: {name} must be a table ([{name}]), not {kind_of(section)}")
     own = table_keys(name)
     out = {}
     for key, value in section.items():
@@ -245,13 +248,13 @@ def _command_table(path: Path, name: str, section: object) -> dict[str, Any]:
 def _convert(path: Path, key: str, declared: Setting, value: Any, base: Path) -> Any:
     if declared.kind is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: {key} must be true or false, not {_kind(value)}")
+            raise ConfigError(f"{path}: {key} must be true or false, not {kind_of(value)}")
         return value
     if declared.many:
         if not isinstance(value, list):
             raise ConfigError(
                 f"{path}: {key} must be a list, e.g. {key} = [{_example(declared)}], "
-                f"not {_kind(value)}"
+                f"not {kind_of(value)}"
             )
         return [_scalar(path, f"{key}[{i}]", declared, v, base) for i, v in enumerate(value)]
     return _scalar(path, key, declared, value, base)
@@ -285,7 +288,7 @@ def _scalar(path: Path, key: str, declared: Setting, value: Any, base: Path) -> 
 def _shown(value: Any) -> str:
     """A mistyped value as an error names it: never verbatim when it could be a key."""
     shown = described(value)
-    return shown if shown.startswith("a ") else f"{_kind(value)} {shown}"
+    return shown if shown.startswith("a ") else f"{kind_of(value)} {shown}"
 
 
 def _example(declared: Setting) -> str:
@@ -306,7 +309,7 @@ def _datasets(path: Path, value: object, base: Path) -> list[DatasetSpec]:
                 raise ConfigError(_unknown(path, f"{where}.{key}", list(DATASET_KEYS)))
             types, expected = DATASET_KEYS[key]
             if not isinstance(item, types) or (isinstance(item, bool) and types is not bool):
-                raise ConfigError(f"{path}: {where}.{key} must be {expected}, not {_kind(item)}")
+                raise ConfigError(f"{path}: {where}.{key} must be {expected}, not {kind_of(item)}")
             fields[key] = item
         if "path" not in fields:
             raise ConfigError(f'{path}: {where} has no path; add path = "prompts.jsonl"')
@@ -397,17 +400,6 @@ def _unknown(path: Path, key: str, known: list[str]) -> str:
     close = difflib.get_close_matches(leaf.replace("-", "_"), leaves, n=1)
     hint = f"did you mean {head}{dot}{close[0]}?" if close else "see docs/config.md for the keys"
     return f"{path}: unknown key {key}; {hint}"
-
-
-def _kind(value: object) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
 
 
 EXAMPLE = """\

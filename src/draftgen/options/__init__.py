@@ -28,9 +28,9 @@ from draftgen.options.checks import (  # noqa: F401
     OptionError,
     _env_name,
     _json_object,
-    _kind_of,
     _shard,
     checked_text,
+    kind_of,
     secret_problem,
 )
 from draftgen.options.registries import (  # noqa: F401
@@ -187,7 +187,7 @@ class Setting:
             return f"{self.named} is empty; give its value, a run cannot go without it"
         if self.many:
             if not isinstance(value, list):
-                return f"{self.spelled} must be a list, not {_kind_of(value)}"
+                return f"{self.spelled} must be a list, not {kind_of(value)}"
             return next(filter(None, (self.problem_of_one(v) for v in value)), None)
         return self.problem_of_one(value)
 
@@ -223,7 +223,7 @@ class Setting:
         if isinstance(value, types) and (self.kind is bool or not isinstance(value, bool)):
             return None
         shown = "" if value is None else f" {described(value)}"
-        return f"{self.spelled} must be {expected}, not {_kind_of(value)}{shown}"
+        return f"{self.spelled} must be {expected}, not {kind_of(value)}{shown}"
 
 
 SETTING = "draftgen_setting"  # the key of a field's metadata that holds its Setting

@@ -158,7 +158,7 @@ def _number(text: str) -> str:
     return text if NUMBER.fullmatch(text) else described(text)
 
 
-def _kind_of(value: object) -> str:
+def kind_of(value: object) -> str:
     return {
         bool: "a boolean",
         int: "an integer",
