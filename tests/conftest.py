@@ -375,3 +375,68 @@ async def start_app(app) -> tuple:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     return runner, f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 8 MiB tmpfs (root only; skipped where mounting is not permitted)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill_disk(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte; the file that holds the space."""
+    ballast = disk / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x" * 65536)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x")
+    finally:
+        os.close(fd)
+    return ballast
+
+
+def run_on_app(app, inputs: Path, out: Path, tokenizer: str, monkeypatch, **overrides):
+    """``draftgen.run`` of ``inputs`` against an aiohttp ``app`` served on loopback, unstreamed,
+    calibration off, bounded to 60 s (a hang fails the test); ``overrides`` are RunOptions'."""
+    import asyncio
+
+    from draftgen.options import RunOptions
+    from draftgen.run.pipeline import run
+
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+
+    async def go():
+        runner, base_url = await start_app(app)
+        options = RunOptions(
+            no_calibrate=True,
+            inputs=[str(inputs)],
+            model="test/model",
+            tokenizer=tokenizer,
+            out=out,
+            base_url=base_url,
+            api_key_env="DRAFTGEN_TEST_KEY",
+            stream=False,
+            retry_base_delay=0.01,
+            progress_interval=3600,
+            **overrides,
+        )
+        try:
+            return await asyncio.wait_for(run(options), 60)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(go())

@@ -12,7 +12,7 @@ import sqlite3
 import orjson
 import pytest
 from aiohttp import web
-from conftest import start_app
+from conftest import run_on_app
 
 from draftgen.backends.base import ApiError, StreamAccumulator, checked_usage, parse_completion
 from draftgen.generate.budget import (
@@ -23,7 +23,6 @@ from draftgen.generate.budget import (
     SpendGuard,
     counted_cost,
 )
-from draftgen.run.pipeline import RunOptions, run
 
 TOKENIZER = "fixture:kimi-k2.5"
 # 2**-20 dollars a token (~$0.95 per million): 512 + 512 tokens cost exactly 2**-10, so the
@@ -240,29 +239,8 @@ def write_rows(path, count: int):
 
 def run_against(provider: CostlessProvider, tmp_path, monkeypatch, **overrides):
     """``run`` against ``provider`` (bounded to 60 s: a hang fails the test)."""
-    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
-
-    async def go():
-        runner, base_url = await start_app(provider.app())
-        options = RunOptions(
-            no_calibrate=True,
-            inputs=[str(write_rows(tmp_path / "rows.jsonl", 40))],
-            model="test/model",
-            tokenizer=TOKENIZER,
-            out=tmp_path / "run",
-            base_url=base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            stream=False,
-            retry_base_delay=0.01,
-            progress_interval=3600,
-            **overrides,
-        )
-        try:
-            return await asyncio.wait_for(run(options), 60)
-        finally:
-            await runner.cleanup()
-
-    return asyncio.run(go())
+    inputs = write_rows(tmp_path / "rows.jsonl", 40)
+    return run_on_app(provider.app(), inputs, tmp_path / "run", TOKENIZER, monkeypatch, **overrides)
 
 
 def stored_completions(tmp_path) -> int:

@@ -17,10 +17,9 @@ import time
 import orjson
 import pytest
 from aiohttp import web
-from conftest import SimProcess, draftgen, run_args, start_app
+from conftest import SimProcess, draftgen, run_args, run_on_app, start_app
 
 from draftgen.backends.base import ApiError, StreamAccumulator, parse_completion
-from draftgen.run.pipeline import RunOptions, run
 
 TOKENIZER = "fixture:kimi-k2.5"
 PRICE = 2.0**-20  # dollars a token: 512 + 512 tokens cost 2**-10, sums exact in binary
@@ -105,7 +104,6 @@ class FalseCostProvider:
 
 
 def run_against(provider: FalseCostProvider, tmp_path, monkeypatch, rows: int, **overrides):
-    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
     inputs = tmp_path / "rows.jsonl"
     inputs.write_text(
         "".join(
@@ -113,30 +111,11 @@ def run_against(provider: FalseCostProvider, tmp_path, monkeypatch, rows: int, *
             for i in range(rows)
         )
     )
-
-    async def go():
-        runner, base_url = await start_app(provider.app())
-        options = RunOptions(
-            no_calibrate=True,
-            inputs=[str(inputs)],
-            model="test/model",
-            tokenizer=TOKENIZER,
-            out=tmp_path / "run",
-            base_url=base_url,
-            api_key_env="DRAFTGEN_TEST_KEY",
-            stream=False,
-            retry_base_delay=0.01,
-            progress_interval=3600,
-            **overrides,
-        )
-        try:
-            return await asyncio.wait_for(run(options), 60)
-        except Exception as exc:  # every turn failed: the run says so, the store stays
-            return exc
-        finally:
-            await runner.cleanup()
-
-    return asyncio.run(go())
+    out = tmp_path / "run"
+    try:
+        return run_on_app(provider.app(), inputs, out, TOKENIZER, monkeypatch, **overrides)
+    except Exception as exc:  # every turn failed: the run says so, the store stays
+        return exc
 
 
 def test_every_refused_answer_is_stored_counted_and_bought_again_once(tmp_path, monkeypatch):

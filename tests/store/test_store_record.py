@@ -6,7 +6,6 @@ and nothing is bought twice."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import test_store_identity
+from conftest import fill_disk
 from test_store_identity import (
     AfterStored,
     answer,
@@ -293,37 +293,10 @@ def test_a_store_from_before_the_record_is_copied_into_one_as_a_run_opens_it(tmp
 
 
 @pytest.fixture
-def small_disk(tmp_path, monkeypatch):
-    """A 8 MiB tmpfs (root only; skipped where mounting is not permitted), 1 MiB of it held in
-    reserve by a run."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+def small_disk(small_disk, monkeypatch):
+    """conftest's 8 MiB tmpfs, 1 MiB of it held in reserve by a run."""
     monkeypatch.setattr(reserve, "RESERVE_BYTES", 1 << 20)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Fill ``disk`` to the last byte; the file that holds the space."""
-    ballast = disk / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"x" * 65536)
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"x")
-    finally:
-        os.close(fd)
-    return ballast
+    return small_disk
 
 
 def test_a_disk_that_stays_full_stops_the_run_with_the_answers_in_flight_stored(
@@ -334,7 +307,7 @@ def test_a_disk_that_stays_full_stops_the_run_with_the_answers_in_flight_stored(
     run_options.out = small_disk / "run"
     db = run_options.out / "draftgen.sqlite"
     filled = []
-    filler = AfterStored(db, 8, lambda: filled.append((stored(db), fill(small_disk))))
+    filler = AfterStored(db, 8, lambda: filled.append((stored(db), fill_disk(small_disk))))
     filler.start()
     with pytest.raises(RunError) as info:
         asyncio.run(run(run_options))
@@ -439,7 +412,7 @@ def test_a_kill_while_the_disk_is_full_loses_nothing(tmp_path, sim, small_disk, 
     deadline = time.monotonic() + 120
     while (stored(db) or 0) < 8 and time.monotonic() < deadline:
         time.sleep(0.002)
-    ballast = fill(small_disk)
+    ballast = fill_disk(small_disk)
     lines = []
     for line in child.stderr:  # until the writer has given the reserve back
         lines.append(line)
