@@ -100,6 +100,17 @@ def test_blank_lines_are_skipped_but_counted(tmp_path):
     assert only.line == 2
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_byte_order_mark_is_read_as_one_not_as_the_first_row(tmp_path, suffix):
+    row = {"messages": [{"role": "user", "content": "x"}]}
+    text = json.dumps(row) + "\n" if suffix == ".jsonl" else json.dumps([row])
+    path = tmp_path / f"bom{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (only,) = list(read_conversations([str(path)]))
+    assert isinstance(only, Conversation) and only.line == 1
+    assert list(only.messages) == row["messages"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_reader_never_raises_on_arbitrary_bytes(tmp_path_factory, data):

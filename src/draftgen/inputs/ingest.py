@@ -133,17 +133,27 @@ def _refuse_json_array(path: str, fix: str) -> None:
         if _first_byte(path) != b"[":
             return
         with open(path, "rb") as handle:
-            value = orjson.loads(handle.read())
+            value = orjson.loads(_without_bom(handle.read()))
     except (OSError, orjson.JSONDecodeError):
         return  # reading it line by line says what is wrong with each line
     if isinstance(value, list) and value and isinstance(value[0], dict):
         raise InputError(f"{path} holds a JSON array, not JSON lines: {fix}")
 
 
+# The UTF-8 byte order mark some editors put at the start of a file: not part of its first row.
+BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(data: bytes) -> bytes:
+    return data[len(BOM) :] if data.startswith(BOM) else data
+
+
 def _first_byte(path: str) -> bytes:
     with open(path, "rb") as handle:
+        first = True
         while chunk := handle.read(4096):
-            stripped = chunk.lstrip()
+            stripped = (_without_bom(chunk) if first else chunk).lstrip()
+            first = False
             if stripped:
                 return stripped[:1]
     return b""
@@ -175,7 +185,7 @@ def _records(path: str, container: str) -> Iterator[object]:
 def _json_array(path: str) -> list:
     # A JSON array is one value: parsing it at all means holding it, so it is read whole.
     with open(path, "rb") as handle:
-        data = handle.read()
+        data = _without_bom(handle.read())
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -301,6 +311,8 @@ def _read_file(path: str, glaive: bool = False) -> Iterator[Conversation | Rejec
                     "limit of one row; split or shorten it",
                 )
                 continue
+            if line_no == 1:
+                raw = _without_bom(raw)
             if not raw.strip():
                 continue
             try:
