@@ -157,3 +157,16 @@ def test_adding_a_setting_is_one_declaration(tmp_path):
     assert "# warp_factor = 3  # how fast (default 3)" in example_text(every_setting(Extended))
     assert Extended.from_keys({"input": ["a"], "model": "m", "tokenizer": "t", "warp_factor": 9})
     assert "warp_factor" in top_level(every_setting(Extended))
+
+
+def test_python_callers_get_sentences_for_unknown_and_missing_settings():
+    from draftgen.options import EstimateOptions
+
+    with pytest.raises(
+        DraftgenError, match=r"RunOptions has no setting 'input': did you mean 'inputs'\?"
+    ):
+        RunOptions(input="x.jsonl", model="m", tokenizer="t", out="o")
+    with pytest.raises(DraftgenError, match=r"EstimateOptions has no setting 'pilot_rowz'"):
+        EstimateOptions(inputs="x.jsonl", model="m", tokenizer="t", pilot_rowz=3)
+    with pytest.raises(DraftgenError, match=r"RunOptions needs tokenizer: give tokenizer=\.\.\."):
+        RunOptions(inputs="x.jsonl", model="m")

@@ -10,10 +10,12 @@ finish reason, a provider name, an error) goes through ``printable`` before a te
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
 from collections import Counter
+from collections.abc import Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 MASK = "***"
@@ -115,10 +117,15 @@ def _escape(match: re.Match) -> str:
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
-def described(value: object) -> str:
+def described(value: object, choices: Sequence[str] = ()) -> str:
     """A value the user gave in the wrong place, named without showing it when it could be a
     key: a number, a short word or an existing path as itself, anything else by kind and length
-    ("a 40-character string")."""
+    ("a 40-character string"). A value one slip away from one of ``choices`` is a mistyped choice,
+    not a key: it is shown, with the choice it was likely meant to be."""
+    if isinstance(value, str) and choices:
+        close = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.75)
+        if close:
+            return f"{printable(value)!r} (did you mean {close[0]!r}?)"
     if isinstance(value, (bool, int, float)) or value is None:
         return repr(value)
     if not isinstance(value, str):

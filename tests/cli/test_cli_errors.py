@@ -72,6 +72,28 @@ def test_a_misspelled_flag_is_named_with_the_one_it_resembles(capsys):
     )
 
 
+def test_a_mistyped_choice_names_the_choice_it_resembles(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["export", "runs/x", "--format", "speculator", "--out", "x"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'speculator' (did you mean 'speculators'?)" in err
+    # A value near no choice may be a key: still not shown.
+    with pytest.raises(SystemExit):
+        cli.main(["export", "runs/x", "--format", KEY, "--out", "x"])
+    err = capsys.readouterr().err
+    assert KEY not in err and "did you mean" not in err
+
+
+def test_negative_money_is_refused_with_a_sentence(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--max-cost", "-1"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "draftgen run: argument --max-cost: -1 is not an amount of dollars of 0 or more "
+        "(see draftgen run --help)\n"
+    )
+
+
 @pytest.mark.parametrize(
     "text",
     [

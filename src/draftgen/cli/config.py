@@ -277,7 +277,8 @@ def _scalar(path: Path, key: str, declared: Setting, value: Any, base: Path) -> 
         raise ConfigError(f"{path}: {key} = {described(value)} is refused: {exc}") from None
     if declared.choices is not None and converted not in declared.choices():
         choices = ", ".join(str(c) for c in declared.choices())
-        raise ConfigError(f"{path}: {key} must be one of {choices}, not {described(value)}")
+        shown = described(value, [str(c) for c in declared.choices()])
+        raise ConfigError(f"{path}: {key} must be one of {choices}, not {shown}")
     if declared.kind is Path and not Path(str(converted)).is_absolute():
         # Relative paths in a file are relative to that file, wherever draftgen is started.
         joined = base / str(converted)

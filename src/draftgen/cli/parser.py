@@ -63,8 +63,10 @@ class DraftgenParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
+        offered = _ARGPARSE_CHOICES.search(message)
+        choices = [_unquoted(c) for c in _QUOTED.findall(offered.group(1))] if offered else []
         message = _ARGPARSE_VALUE.sub(
-            lambda m: m.group("what") + described(_unquoted(m.group("value"))), message
+            lambda m: m.group("what") + described(_unquoted(m.group("value")), choices), message
         )
         say_error(f"{self.prog}: {printable(redact(message))} (see {self.prog} --help)")
         self.exit(EXIT_ERROR)
@@ -81,6 +83,11 @@ class DraftgenParser(argparse.ArgumentParser):
 _ARGPARSE_VALUE = re.compile(
     r"(?P<what>invalid (?:\w+ value|choice): )(?P<value>'(?:[^'\\]|\\.)*'|\"[^\"]*\")"
 )
+
+
+# The choices argparse lists after a wrong one ("(choose from 'a', 'b')"), each quoted.
+_ARGPARSE_CHOICES = re.compile(r"\(choose from (.*)\)")
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"[^\"]*\"")
 
 
 def _unquoted(text: str) -> str:

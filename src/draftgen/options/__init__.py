@@ -10,6 +10,8 @@ run settings (``--config``, ``--ray``, ``estimate --json``) are declared in ``CO
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 # Re-exported: every name importable from draftgen.options as before the split.
 from draftgen.options.checks import (  # noqa: F401
+    DOLLARS,
     KEYS_GO_IN_THE_ENVIRONMENT,
     NON_NEGATIVE,
     POSITIVE,
@@ -198,7 +201,7 @@ class Setting:
         taken = self.choices
         if taken is not None and value not in taken():
             names = ", ".join(taken())
-            return f"{self.spelled} must be one of {names}, not {described(value)}"
+            return f"{self.spelled} must be one of {names}, not {described(value, taken())}"
         if self.check is not None and not self.check.ok(value):
             return f"{self.spelled} {value} {self.check.phrase}"
         if self.parse is _env_name:
@@ -246,11 +249,45 @@ def settings_of(cls: type) -> tuple[Setting, ...]:
     return tuple(found)
 
 
+def named_settings_only(cls: type) -> type:
+    """``cls`` (a dataclass of settings) whose constructor answers a keyword that is no setting
+    with the CLI's kind of sentence, naming the setting it was likely meant to be, instead of
+    Python's bare TypeError."""
+    made = cls.__init__
+
+    @functools.wraps(made)
+    def __init__(self, *args: Any, **given: Any) -> None:
+        names = [f.name for f in dataclasses.fields(cls)]
+        for name in given:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else "see docs/cli.md for them"
+                raise OptionError(f"{cls.__name__} has no setting {name!r}: {hint}")
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.init
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required[len(args) :] if name not in given]
+        if missing:
+            raise OptionError(
+                f"{cls.__name__} needs {', '.join(missing)}: give "
+                f"{' and '.join(f'{name}=...' for name in missing)}"
+            )
+        made(self, *args, **given)
+
+    cls.__init__ = __init__
+    return cls
+
+
 # -- the run's settings -------------------------------------------------------------------------
 
 _BATCH = {"group": "batch"}
 
 
+@named_settings_only
 @dataclass
 class RunOptions:
     """A run: every field is a setting (``--flag``, a draftgen.toml key); see docs/cli.md."""
@@ -538,6 +575,7 @@ class RunOptions:
         None,
         commands=PROBE_COMMANDS,
         kind=float,
+        check=DOLLARS,
         metavar="USD",
         group="limits",
         help="stop sending once spend plus the in-flight estimate would pass this many dollars "
@@ -726,6 +764,7 @@ class RunOptions:
 _ESTIMATE = {"group": "estimate", "table": "estimate", "commands": ("estimate",)}
 
 
+@named_settings_only
 @dataclass
 class EstimateOptions(RunOptions):
     """A run's options and how ``estimate`` measures and prices it; ``out`` is not used (a pilot

@@ -42,6 +42,7 @@ class Check:
 
 POSITIVE = Check(lambda v: v >= 1, "is not a positive integer")
 NON_NEGATIVE = Check(lambda v: v >= 0, "is not a whole number of 0 or more")
+DOLLARS = Check(lambda v: v >= 0, "is not an amount of dollars of 0 or more")
 TEMPERATURE = Check(lambda v: 0 <= v <= 2, "is not within 0..2 (OpenRouter's range)")
 UNIT = Check(lambda v: 0 < v <= 1, "is not within 0 < P <= 1")
 SHARE = Check(lambda v: 0 <= v <= 1, "is not a share within 0..1")
