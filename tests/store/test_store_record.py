@@ -512,3 +512,50 @@ def test_a_directory_read_only_past_the_patience_stops_with_one_sentence(
         "draftgen export to reconstruct the rest"
     )
     assert stored(run_options.out / "draftgen.sqlite") == len(sim.truth)
+
+
+# -- merge reads a damaged shard as status does ------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "emptied", "deleted"])
+def test_merge_rebuilds_a_damaged_shard_from_its_record(tmp_path, sim, damage):
+    from draftgen.store.merge import merge_runs
+
+    run_options = options(tmp_path, sim, rows=12)
+    asyncio.run(run(run_options))
+    db = run_options.out / "draftgen.sqlite"
+    before = table(db, "SELECT key, content FROM completions ORDER BY key")
+    if damage == "overwritten":
+        with open(db, "r+b") as handle:
+            handle.seek(4096 * 2)
+            handle.write(os.urandom(4096))
+    elif damage == "emptied":
+        db.write_bytes(b"")
+    else:
+        db.unlink()
+    # Before: "internal error: DatabaseError" (overwritten), "OperationalError: no such table:
+    # meta" (emptied), "holds no draftgen run" (deleted).
+    summary = merge_runs([run_options.out], tmp_path / "merged")
+    assert summary.completions == 12
+    merged = tmp_path / "merged" / "draftgen.sqlite"
+    assert table(merged, "SELECT key, content FROM completions ORDER BY key") == before
+
+
+def test_merge_names_a_damaged_shard_without_a_record_in_one_sentence(tmp_path, sim):
+    from draftgen.store.merge import MergeError, merge_runs
+
+    run_options = options(tmp_path, sim, rows=12)
+    asyncio.run(run(run_options))
+    (run_options.out / "draftgen.journal").unlink()
+    db = run_options.out / "draftgen.sqlite"
+    with open(db, "r+b") as handle:
+        handle.seek(4096 * 2)
+        handle.write(os.urandom(4096))
+    with pytest.raises(MergeError) as refused:
+        merge_runs([run_options.out], tmp_path / "merged")
+    message = str(refused.value)
+    assert message.startswith(f"{run_options.out}'s store cannot be read (it is damaged")
+    assert message.endswith(
+        "and no record (draftgen.journal) rebuilt it; merge the other runs, or run that one again"
+    )
+    assert not (tmp_path / "merged").exists()

@@ -181,7 +181,7 @@ class Store(
         self.lock = lock
         _check_run_dir(self.run_dir)
         if lock is None:
-            _mend_if_idle(self.run_dir)
+            mend_if_idle(self.run_dir)
         # The lock file a run made a moment ago is no sign that a run was here before.
         check_store_file(
             self.run_dir, create, ignore={LOCK_NAME} if lock and lock.made_file else ()
@@ -269,8 +269,8 @@ class Store(
         self.close()
 
 
-def _mend_if_idle(run_dir: Path) -> None:
-    """``mend`` a store lost or broken for a command that does not run (status, export) if no
+def mend_if_idle(run_dir: Path) -> None:
+    """``mend`` a store lost or broken for a command that does not run (status, export, merge) if no
     run holds the directory (a run mends its own as it opens it)."""
     if RunLock.holder(run_dir) is not None or not needs_rebuild(run_dir):
         return

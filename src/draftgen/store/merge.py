@@ -10,6 +10,7 @@ older stores with fewer columns merge too. Tables without keys are concatenated;
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,22 @@ import orjson
 
 from draftgen.errors import DraftgenError
 from draftgen.inputs.shard import ALL
-from draftgen.store.database import DB_NAME, REJECTED_NAME, SIMULATED, RunLock, Store
+from draftgen.store.database import (
+    DB_NAME,
+    REJECTED_NAME,
+    SIMULATED,
+    RunLock,
+    Store,
+    StoreError,
+    mend_if_idle,
+)
+from draftgen.store.journal import store_damage
 
 # Meta that must agree between runs: what a sample means depends on it.
 AGREEING_META = ("tokenizer", "profile", "tokenizer_digest")
+# Money each run spent whatever became of its keys (answers refused for their usage): every
+# run's rows are kept, not only those of the keys it won.
+SPENT_TABLES = ("refused_answers",)
 # How a run's record of a key ranks: the best one is kept.
 RANK_VERIFIED, RANK_COMPLETED, RANK_FAILED = 3, 2, 1
 
@@ -49,8 +62,13 @@ def merge_runs(sources: list[Path], out: Path, *, replace: bool = False) -> Merg
     started = time.monotonic()
     sources = [Path(source) for source in sources]
     out = Path(out)
+    for source in sources:
+        # A shard's store truncated, overwritten or deleted is rebuilt from its record first,
+        # as status and export do; one damaged with no record is named, not read.
+        _readable(source, mend_if_idle)
+        _readable(source, _whole)
     _check_paths(sources, out, replace)
-    metas = [_read_meta(source) for source in sources]
+    metas = [_readable(source, _read_meta) for source in sources]
     meta = _agreed_meta(sources, metas)  # before --out is made: a refusal leaves nothing
     locks = [RunLock(path) for path in (*sources, out)]
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -128,6 +146,24 @@ def _check_paths(sources: list[Path], out: Path, replace: bool) -> None:
         )
 
 
+def _readable(source: Path, read):
+    """``read(source)``, a store that cannot be read (damaged with no record to rebuild it from)
+    named in one sentence."""
+    try:
+        return read(source)
+    except (sqlite3.DatabaseError, StoreError) as exc:
+        raise MergeError(
+            f"{source}'s store cannot be read ({exc}) and no record (draftgen.journal) rebuilt "
+            "it; merge the other runs, or run that one again"
+        ) from None
+
+
+def _whole(source: Path) -> None:
+    damage = store_damage(source / DB_NAME)
+    if damage:
+        raise StoreError(f"it is {damage}")
+
+
 def _read_meta(source: Path) -> dict[str, str]:
     with Store.as_found(source) as store:
         return store.all_meta()
@@ -199,7 +235,7 @@ def _copy_run(merged: Store, index: int, source: Path, samples: bool) -> None:
                 merged.add_table(create)
                 known[table] = create
             columns = sorted(store.columns(table) & merged.columns(table))
-            merged.copy_rows(store, table, columns, index)
+            merged.copy_rows(store, table, columns, index, every_row=table in SPENT_TABLES)
 
 
 def _merge_rejected(sources: list[Path], out: Path) -> int:

@@ -125,15 +125,17 @@ class MergeMixin:
             "CREATE TEMP TABLE IF NOT EXISTS merge_ranks (key TEXT NOT NULL, rank INTEGER NOT NULL)"
         )
 
-    def copy_rows(self, source: Self, table: str, columns: list[str], run: int) -> None:
+    def copy_rows(
+        self, source: Self, table: str, columns: list[str], run: int, every_row: bool = False
+    ) -> None:
         """Copy ``columns`` of ``source``'s rows of ``table`` into this store, run ``run`` of a
-        merge: a keyed row only if ``rank_keys`` gave its key to that run, a row whose key is
-        stored already kept. One statement streams the rows inside SQLite (twice the speed of
-        taking them through Python in batches)."""
+        merge: a keyed row only if ``rank_keys`` gave its key to that run (unless
+        ``every_row``), a row whose key is stored already kept. One statement streams the rows
+        inside SQLite (twice the speed of taking them through Python in batches)."""
         self._merge_tables()
         names = ", ".join(f'"{name}"' for name in columns)
         select = f'SELECT {names} FROM merge_source."{table}"'
-        if "key" in columns:
+        if "key" in columns and not every_row:
             select += f" WHERE key IN (SELECT key FROM temp.merge_choice WHERE run = {int(run)})"
         self.db.execute("ATTACH DATABASE ? AS merge_source", (str(source.path),))
         try:
