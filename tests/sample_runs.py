@@ -69,7 +69,8 @@ def make_run(tmp: Path, rows: int = 40, invalid: bool = False) -> Path:
                 "180",
             )
         )
-        assert result.returncode == 0, result.stderr
+        # 4: a turn failed for good (the faults and --max-attempts 2 are meant to leave some).
+        assert result.returncode in (0, 4), result.stderr
     finally:
         sim.stop()
     return out

@@ -121,3 +121,34 @@ def test_a_run_without_a_directory_is_refused_by_the_library_too(tmp_path):
     assert str(raised.value) == (
         "no run directory given: pass out= (--out, or out = ... in draftgen.toml)"
     )
+
+
+def test_a_run_that_stored_less_than_planned_because_turns_failed_exits_4(tmp_path, monkeypatch):
+    """Issue #41: an endpoint that died after 10 answers left 190 turns failed, and exit 0."""
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+    sim = SimProcess(tmp_path, "fixture:kimi-k2.5", extra=["--fail-after", "3"])
+    try:
+        prompts = write_prompts(tmp_path / "p.jsonl", 8, invalid=False)
+        args = run_args(sim, [prompts], tmp_path / "run", "fixture:kimi-k2.5", "--concurrency", "1")
+        args[args.index("--max-attempts") + 1] = "2"
+        result = draftgen(*args)
+    finally:
+        sim.stop()
+    assert result.returncode == 4, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "draftgen: 5 turns failed (gave_up_after_2_attempts 4, earlier_turn_failed 1); the "
+        "completions are stored, and the same command retries the failed turns"
+    )
+
+
+def test_the_outcome_of_a_run_with_failed_turns():
+    summary = RunSummary(progress=None, counts={"completions": 3, "failures": {"rejected": 2}})
+    assert summary.outcome == "turns_failed"
+    assert finished(summary) is summary  # something was stored: a summary, not an error
+    assert summary.failed_turns == (
+        "2 turns failed (rejected 2); the completions are stored, and the same command retries "
+        "the failed turns"
+    )
+    assert RunSummary(progress=None, counts={"completions": 3, "failures": {}}).outcome == (
+        "complete"
+    )

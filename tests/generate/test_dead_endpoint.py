@@ -12,10 +12,10 @@ import pytest
 from aiohttp import web
 from conftest import SimProcess, draftgen, run_args, start_app
 
-from draftgen.api import Run, RunOptions
+from draftgen.api import Run, RunDir, RunOptions
 from draftgen.backends.base import ApiError
 from draftgen.errors import DraftgenError
-from draftgen.generate.client import ChatClient, DeadStart, FatalApiError, RetryPolicy
+from draftgen.generate.client import ChatClient, DeadEndpoint, FatalApiError, RetryPolicy
 from draftgen.simulator import SimConfig, SimulatorThread
 
 TOKENIZER = "fixture:kimi-k2.5"
@@ -26,12 +26,12 @@ def error(status: int | None, message: str = "boom", kind: str = "server_error")
     return ApiError(kind, message, status=status)
 
 
-def judged(outcomes: list[tuple[int, ApiError | None]], **rule) -> DeadStart:
+def judged(outcomes: list[tuple[int, ApiError | None]], **rule) -> DeadEndpoint:
     """A rule that saw ``outcomes`` (attempt number, error or None for an answer), every attempt
     sent before any ended."""
 
-    async def go() -> DeadStart:
-        start = DeadStart(**{"seconds": 3600.0, **rule})
+    async def go() -> DeadEndpoint:
+        start = DeadEndpoint(**{"seconds": 3600.0, **rule})
         for _ in range(max(number for number, _ in outcomes)):
             start.sending()
         for number, outcome in outcomes:
@@ -93,7 +93,7 @@ def test_fast_errors_beside_slow_answers_still_on_the_wire_are_no_verdict():
 
 def test_time_alone_is_a_verdict_when_only_server_errors_ended_and_none_is_on_the_wire():
     async def go(in_flight: int) -> tuple[str | None, bool]:
-        start = DeadStart(seconds=0.2)
+        start = DeadEndpoint(seconds=0.2)
         for number in (1, 2):
             start.sending()
             start.ended(number, error(500, "dead"), "http://e/v1")
@@ -112,9 +112,41 @@ def test_time_alone_is_a_verdict_when_only_server_errors_ended_and_none_is_on_th
     assert asyncio.run(go(1)) == (None, False)  # an attempt still on the wire may yet answer
 
 
-def test_a_success_settles_it_for_the_run():
+def test_after_an_answer_failures_alone_are_no_verdict_until_the_quiet_time_passes():
     outcomes = [(1, None)] + [(n, error(500)) for n in range(2, 40)]
-    assert judged(outcomes).verdict is None
+    assert judged(outcomes).verdict is None  # 38 in a row, but within the hour since the answer
+
+
+# -- an outage mid-run (issue #41: 200 prompts, 1,351 retries over 2 min, then exit 0) -----------
+
+
+def test_an_outage_after_answers_is_a_verdict_once_quiet_long_enough():
+    outcomes = [(1, None), (2, None)] + [(n, error(502, "bad gateway")) for n in range(3, 11)]
+    assert judged(outcomes, seconds=0.0).verdict == (
+        "http://127.0.0.1:9/v1 answered each of the last 8 attempts, over the 0 s since its last "
+        'answer, with HTTP 502 and none succeeded, saying "bad gateway"; check that the server '
+        "is up and serves this model"
+    )
+    assert judged(outcomes[:-1], seconds=0.0).verdict is None  # 7 are not 8
+
+
+def test_a_dropped_server_counts_mid_run_but_not_before_its_first_answer():
+    refused = error(None, "connection refused", kind="connect_failed")
+    later = judged([(1, None)] + [(n, refused) for n in range(2, 10)], seconds=0.0).verdict
+    assert later is not None and "with connect_failed and none succeeded" in later
+    # Before any answer, the probe judged reachability; a refused connection is no 5xx.
+    assert judged([(n, refused) for n in range(1, 9)], seconds=0.0).verdict is None
+
+
+@pytest.mark.parametrize(
+    "alive",
+    [None, error(429, kind="rate_limited"), error(400, kind="rejected")],
+    ids=["an answer", "a rate limit", "a 4xx"],
+)
+def test_a_sign_of_life_mid_outage_starts_the_count_again(alive):
+    outcomes = [(1, None)] + [(n, error(500)) for n in range(2, 9)] + [(9, alive)]
+    outcomes += [(n, error(500)) for n in range(10, 17)]
+    assert judged(outcomes, seconds=0.0).verdict is None  # 7 and 7, never 8 in a row
 
 
 # -- the client ----------------------------------------------------------------------------------
@@ -176,7 +208,7 @@ def test_one_request_at_a_time_stops_at_the_time_bound_cutting_its_backoff():
         1,
         concurrency=1,
         retry=RetryPolicy(50, base_delay=0.2, max_delay=30),
-        dead_start=DeadStart(seconds=1.0),
+        dead_endpoint=DeadEndpoint(seconds=1.0),
     )
     assert isinstance(outcomes[0], FatalApiError), outcomes
     assert "attempts of the run's first 1 s with HTTP 500" in str(outcomes[0])
@@ -239,3 +271,30 @@ def test_the_command_exits_2_within_the_first_wave(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"draftgen: stopped: {sim.base_url} answered each of the run's first 8")
     assert 'with HTTP 500 and none succeeded, saying "simulated outage"' in last
+
+
+@pytest.mark.slow
+def test_an_endpoint_that_dies_mid_run_stops_it_with_a_sentence(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+    with SimulatorThread(SimConfig(tokenizer=TOKENIZER, fail_after=10)) as sim:
+        options = RunOptions(
+            inputs=[str(write_rows(tmp_path / "rows.jsonl", 200))],
+            model="test/model",
+            tokenizer=TOKENIZER,
+            out=tmp_path / "run",
+            base_url=sim.base_url,
+            api_key_env="DRAFTGEN_TEST_KEY",
+            no_calibrate=True,
+            progress_interval=3600,  # the default backoff: each turn's retries span a minute
+        )
+        with pytest.raises(DraftgenError) as caught:
+            Run(options).execute()
+        stored = sim.stats["completions"] if "completions" in sim.stats else None
+    message = str(caught.value)
+    # Before: 2 min 11 s, 1,351 retries, 193 of 200 turns failed, and exit 0.
+    assert "answered each of the last " in message and " since its last answer, with HTTP 500" in (
+        message
+    )
+    assert message.endswith("the same command resumes")
+    status = RunDir(tmp_path / "run").status()
+    assert status["completions"] == 10, (status, stored)

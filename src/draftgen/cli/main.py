@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from draftgen.api import RunSummary
 
 EXIT_STOPPED = 3  # stopped early on purpose (--max-cost); the same command resumes
+EXIT_TURNS_FAILED = 4  # every turn worked, some failed for good; the same command retries them
 EXIT_INTERNAL = 1  # a bug in draftgen: one line, the traceback with --log-level debug
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (status --json | head): 128 + SIGPIPE
 # The parser is made from the declarations in draftgen.options (draftgen.cli.parser).
@@ -135,6 +136,9 @@ def run_exit_code(summary: RunSummary) -> int:
     if summary.outcome == "stopped":
         print(f"draftgen: stopped: {shown(summary.stopped)}", file=sys.stderr)
         return EXIT_STOPPED
+    if summary.outcome == "turns_failed":
+        print(f"draftgen: {shown(summary.failed_turns)}", file=sys.stderr)
+        return EXIT_TURNS_FAILED
     return 0
 
 

@@ -32,6 +32,7 @@ from draftgen.backends.base import (
 )
 from draftgen.generate.budget import SpendGuard
 from draftgen.generate.endpoints import (
+    HEALTH_KINDS,
     Endpoint,
     EndpointsDown,
     EndpointSpec,
@@ -63,10 +64,11 @@ ERROR_BODY_BYTES = 64 * 2**10
 # request; held open by the server, it is closed and the answer kept all the same.
 TAIL_GRACE = 0.1
 DEFAULT_ATTEMPT_TIMEOUT = 3600.0  # seconds; RunOptions.attempt_timeout says why
-# A dead endpoint stops the run at once (``DeadStart``): the run's first 8 attempts (the default
+# A dead endpoint stops the run at once (``DeadEndpoint``): the run's first 8 attempts (the default
 # --max-attempts of one request; at --concurrency 8 or more, its first wave) all answered with a
 # server error (HTTP 5xx) and none succeeded; or 10 s after the first attempt with none
-# succeeded, every attempt that ended a server error and none other on the wire.
+# succeeded, every attempt that ended a server error and none other on the wire; or, mid-run,
+# 8 attempts in a row failed so and 10 s passed since the last answer.
 DEAD_START_ATTEMPTS = 8
 DEAD_START_SECONDS = 10.0
 # Answers refused for their usage (a false cost, a count out of range) one request may buy: the
@@ -129,14 +131,20 @@ class RunStopped(Exception):
     """No new attempts: the run is shutting down or reached its budget (nothing is recorded)."""
 
 
-class DeadStart:
-    """Whether the run's endpoint is dead from the start: a verdict (a sentence naming the HTTP
-    status and what the server said) once the first ``attempts`` attempts sent all ended in a
-    server error (HTTP 5xx), or ``seconds`` after the first was sent with every attempt that
-    ended a server error (two at least) and none other on the wire (one request at a time
-    spends that time in its backoff). Any success settles it for the run: a server that worked
-    once is retried as always. Attempts are numbered as they are sent, so fast errors beside
-    slow answers still on the wire make no verdict."""
+class DeadEndpoint:
+    """Whether the run's endpoint is dead: a verdict (a sentence naming what the server answered
+    and said) that stops the run, kept stored, for the same command to resume.
+
+    From the start: once the first ``attempts`` attempts sent all ended in a server error (HTTP
+    5xx), or ``seconds`` after the first was sent with every attempt that ended a server error
+    (two at least) and none other on the wire (one request at a time spends that time in its
+    backoff). Attempts are numbered as they are sent, so fast errors beside slow answers still on
+    the wire make no verdict.
+
+    Later (an outage mid-run): once the server has answered, ``attempts`` attempts in a row
+    ended in a server error or a failed connection, and ``seconds`` have passed since its last
+    answer. Any other ending (an answer, a 4xx, pushback) shows the server alive and starts the
+    count again."""
 
     def __init__(
         self, attempts: int = DEAD_START_ATTEMPTS, seconds: float = DEAD_START_SECONDS
@@ -152,9 +160,11 @@ class DeadStart:
         # them ended otherwise.
         self._first_failed: int | None = 0
         self._all_failed = True  # every attempt that ended so far was a server error
-        self._said: collections.Counter[tuple[int, str]] = collections.Counter()
+        self._answered_at: float | None = None  # the last answer, once there was one
+        self._said: collections.Counter[tuple[str, str]] = collections.Counter()
         self._where: dict[str, None] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     def sending(self) -> int:
         """An attempt goes on the wire: its number (1 for the run's first)."""
@@ -169,17 +179,24 @@ class DeadStart:
     def ended(self, number: int, error: ApiError | None, endpoint: str) -> None:
         """Attempt ``number`` ended: answered (``error`` None) or failed with ``error``."""
         self.in_flight -= 1
-        if self._settled():
+        if self.verdict is not None or self._closed:
             return
         if error is None:
-            self.settle()
+            self._answered_at = time.monotonic()
+            self._said.clear()
+            self._where.clear()
+            self._stop_start_rule()
             return
-        if error.status is None or error.status < 500:
+        answered = self._answered_at is not None
+        if not _server_down(error, later=answered):
             self._all_failed = False
             if number <= self.attempts:
                 self._first_failed = None
+            self._said.clear()  # the server is alive: an outage's count starts again
+            self._where.clear()
             return
-        self._said[error.status, error.message] += 1
+        said = f"HTTP {error.status}" if error.status is not None else error.kind
+        self._said[said, error.message] += 1
         self._where[endpoint] = None
         if number <= self.attempts and self._first_failed is not None:
             self._first_failed += 1
@@ -190,40 +207,47 @@ class DeadStart:
         self.in_flight -= 1
 
     def settle(self) -> None:
-        """No verdict will come (an attempt succeeded, or the client closes)."""
+        """No verdict will come: the client closes."""
+        self._closed = True
+        self._stop_start_rule()
+
+    def _stop_start_rule(self) -> None:
         self._first_failed = None
         self._all_failed = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _settled(self) -> bool:
-        return self.verdict is not None or (self._first_failed is None and not self._all_failed)
-
     def _judge(self) -> None:
-        if self._settled():
+        if self.verdict is not None or self._closed:
+            return
+        failed = sum(self._said.values())
+        if self._answered_at is not None:
+            quiet = time.monotonic() - self._answered_at
+            if failed >= self.attempts and quiet >= self.seconds:
+                self._declare(
+                    f"each of the last {failed} attempts, over the {quiet:.0f} s since its "
+                    "last answer,"
+                )
             return
         if self._first_failed is not None and self._first_failed >= self.attempts:
             self._declare(f"each of the run's first {self.attempts} attempts")
             return
-        failed = sum(self._said.values())
         started = self._started_at
         late = started is not None and time.monotonic() - started >= self.seconds
         if self._all_failed and late and failed >= 2 and self.in_flight == 0:
             self._declare(f"all {failed} attempts of the run's first {self.seconds:g} s")
 
     def _declare(self, which: str) -> None:
-        statuses: collections.Counter[int] = collections.Counter()
-        for (status, _), count in self._said.items():
-            statuses[status] += count
-        if len(statuses) == 1:
-            answered = f"HTTP {next(iter(statuses))}"
+        kinds: collections.Counter[str] = collections.Counter()
+        for (said, _), count in self._said.items():
+            kinds[said] += count
+        if len(kinds) == 1:
+            answered = next(iter(kinds))
         else:
             answered = (
                 "server errors ("
-                + ", ".join(
-                    f"HTTP {status} {count} times" for status, count in statuses.most_common()
-                )
+                + ", ".join(f"{said} {count} times" for said, count in kinds.most_common())
                 + ")"
             )
         (_, words), _ = self._said.most_common(1)[0]
@@ -234,6 +258,15 @@ class DeadStart:
         )
         self.settle()
         self.dead.set()
+
+
+def _server_down(error: ApiError, later: bool) -> bool:
+    """Whether ``error`` says the server is down: a server error (HTTP 5xx); once it has
+    answered, a connection refused, dropped or timed out too (at the start those are the
+    probe's to judge, before the first request)."""
+    if error.status is not None and error.status >= 500:
+        return True
+    return later and error.status is None and error.kind in HEALTH_KINDS
 
 
 @dataclass
@@ -326,7 +359,7 @@ class ChatClient:
         endpoint_concurrency: int | None = None,
         health: HealthPolicy | None = None,
         on_endpoint_event: Callable[[str, str, str], None] | None = None,
-        dead_start: DeadStart | None = None,
+        dead_endpoint: DeadEndpoint | None = None,
         memory: ResponseMemory | None = None,
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
@@ -335,8 +368,8 @@ class ChatClient:
         attempt's worst case, holding or refusing attempts that could pass a spending limit.
         With several endpoints, ``concurrency`` is the run's total and ``endpoint_concurrency``
         (or a spec's own) caps each; ``on_endpoint_event``
-        hears (endpoint, "ejected" | "readmitted" | "removed", why). ``dead_start`` stops
-        the run when its first attempts show a dead endpoint (``DeadStart``'s rule);
+        hears (endpoint, "ejected" | "readmitted" | "removed", why). ``dead_endpoint`` stops
+        the run when its attempts show a dead endpoint, at the start or later (``DeadEndpoint``);
         ``memory`` is the byte budget the answers being read share (``ResponseMemory``)."""
         self.backend = backend
         self._path = backend.path if backend is not None else "/chat/completions"
@@ -355,7 +388,7 @@ class ChatClient:
         self.stop_reason: str | None = None
         self._max_retries = max_retries
         self._budget = budget
-        self.dead_start = dead_start or DeadStart()
+        self.dead_endpoint = dead_endpoint or DeadEndpoint()
         self.memory = memory or ResponseMemory()
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
@@ -389,7 +422,7 @@ class ChatClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.dead_start.settle()
+        self.dead_endpoint.settle()
         await self.router.close()
         if self._session is not None:
             await self._session.close()
@@ -409,8 +442,8 @@ class ChatClient:
         for attempt in range(1, self.retry.max_attempts + 1):
             if self.stop_reason:
                 raise RunStopped(self.stop_reason)
-            if self.dead_start.verdict is not None:
-                raise FatalApiError(self._redact(self.dead_start.verdict))
+            if self.dead_endpoint.verdict is not None:
+                raise FatalApiError(self._redact(self.dead_endpoint.verdict))
             await self.memory.room()  # nothing new is sent while the answers hold the budget
             try:
                 endpoint = await self.router.acquire(tried)
@@ -495,8 +528,8 @@ class ChatClient:
         )
         # Pushback and health are per endpoint; a fleet absorbs one misconfigured member.
         absorbed = self.router.failed(endpoint, error)
-        if self.dead_start.verdict is not None:
-            raise FatalApiError(self._redact(self.dead_start.verdict))
+        if self.dead_endpoint.verdict is not None:
+            raise FatalApiError(self._redact(self.dead_endpoint.verdict))
         if error.fatal and not absorbed:
             raise FatalApiError(self._redact(str(error)))
         if refused_out:
@@ -514,24 +547,24 @@ class ChatClient:
 
     async def _pause(self, seconds: float) -> None:
         """The wait before a retry, cut short by a dead endpoint's verdict."""
-        if self.dead_start.verdict is None:
+        if self.dead_endpoint.verdict is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.dead_start.dead.wait(), seconds)
+                await asyncio.wait_for(self.dead_endpoint.dead.wait(), seconds)
 
     async def _attempt(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
         assert self._session is not None, "use ChatClient as an async context manager"
         self.stats.requests += 1
         endpoint.requests += 1
-        number = self.dead_start.sending()
+        number = self.dead_endpoint.sending()
         try:
             completion = await self._attempt_once(endpoint, body, stream)
         except ApiError as error:
-            self.dead_start.ended(number, error, endpoint.label)
+            self.dead_endpoint.ended(number, error, endpoint.label)
             raise
         except BaseException:
-            self.dead_start.abandoned()
+            self.dead_endpoint.abandoned()
             raise
-        self.dead_start.ended(number, None, endpoint.label)
+        self.dead_endpoint.ended(number, None, endpoint.label)
         return completion
 
     async def _attempt_once(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
