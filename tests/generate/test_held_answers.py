@@ -227,3 +227,29 @@ def test_a_run_against_held_answers_stores_every_one_and_buys_none_twice(tmp_pat
         f"held ({'stream' if stream else 'no stream'}): {stats['requests']} requests, "
         f"{len(truth)} billed, {len(stored)} stored, {len(held)} held"
     )
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "body"])
+def test_a_whole_answer_is_handed_over_before_its_tail_is_read(stream):
+    """Issue #41: every answer waited up to TAIL_GRACE reading what follows it before the run
+    could store it, a window a kill -9 lost paid answers in (47 in 10 kills). Now the caller has
+    the answer while its tail is still being read beside it."""
+    server = HoldingServer([sse(EVENTS)] if stream else [orjson.dumps(BODY)])
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", server.answer)
+        runner, base_url = await start_app(app)
+        try:
+            async with ChatClient(
+                base_url, "sk-held", concurrency=2, retry=RetryPolicy(1, base_delay=0.01)
+            ) as client:
+                completion, _ = await client.complete(b'{"model": "m"}', stream)
+                draining = len(client._drains)
+            return completion, draining
+        finally:
+            await runner.cleanup()
+
+    completion, draining = asyncio.run(asyncio.wait_for(go(), 3 * HOLD))
+    assert completion.finish_reason == "stop"
+    assert draining == 1  # its tail read after it was handed over, not before

@@ -389,6 +389,7 @@ class ChatClient:
         self._max_retries = max_retries
         self._budget = budget
         self.dead_endpoint = dead_endpoint or DeadEndpoint()
+        self._drains: set[asyncio.Task] = set()  # whole answers' tails being read
         self.memory = memory or ResponseMemory()
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
@@ -421,7 +422,15 @@ class ChatClient:
         )
         return self
 
+    def _drain_later(self, response: aiohttp.ClientResponse) -> None:
+        task = asyncio.get_running_loop().create_task(_drain(response))
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
     async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._drains):
+            task.cancel()
+        await asyncio.gather(*self._drains, return_exceptions=True)
         self.dead_endpoint.settle()
         await self.router.close()
         if self._session is not None:
@@ -594,26 +603,39 @@ class ChatClient:
         assert self._session is not None
         # A redirect would carry the prompt (and, followed by hand, the key) to a host the run
         # never checked: 301/302 even turn the POST into a GET and answer for another endpoint.
-        async with self._session.post(url, data=body, allow_redirects=False) as response:
-            if 300 <= response.status < 400:
-                raise _redirect_error(response)
-            if response.status != 200:
-                payload = await _read_at_most(response, ERROR_BODY_BYTES)
-                raise error_from_status(
-                    response.status, response.headers.get("Retry-After"), payload
-                )
-            backend = self.backend
-            if not stream:
-                parse = backend.parse_completion if backend else parse_completion
-                raw = await self._read_body(response)
-                try:
-                    return parse(raw)
-                except ApiError as error:
-                    if error.billed is not None and not error.billed.answer:
-                        error.billed = replace(error.billed, answer=raw)  # a backend's own parse
-                    raise
-            accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
-            return await self._read_stream(response, accumulator)
+        response = await self._session.post(url, data=body, allow_redirects=False)
+        answered = False
+        try:
+            completion = await self._answer(response, stream)
+            answered = True
+            return completion
+        finally:
+            if answered and not response.content.at_eof():
+                # A whole answer goes to be stored now; what follows it ("[DONE]", the body's
+                # end) is read meanwhile, so the connection serves the next request.
+                self._drain_later(response)
+            else:
+                response.release()
+
+    async def _answer(self, response: aiohttp.ClientResponse, stream: bool) -> Completion:
+        """The completion a 200 response carries, or the ``ApiError`` another one says."""
+        if 300 <= response.status < 400:
+            raise _redirect_error(response)
+        if response.status != 200:
+            payload = await _read_at_most(response, ERROR_BODY_BYTES)
+            raise error_from_status(response.status, response.headers.get("Retry-After"), payload)
+        backend = self.backend
+        if not stream:
+            parse = backend.parse_completion if backend else parse_completion
+            raw = await self._read_body(response)
+            try:
+                return parse(raw)
+            except ApiError as error:
+                if error.billed is not None and not error.billed.answer:
+                    error.billed = replace(error.billed, answer=raw)  # a backend's own parse
+                raise
+        accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
+        return await self._read_stream(response, accumulator)
 
     async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """A non-streamed body, refused as soon as it passes the cap (or says it will); taken
@@ -639,7 +661,6 @@ class ChatClient:
                 if braces == 0 and closed and not response.content.at_eof():
                     body = b"".join(pieces)
                     if _whole_json_object(body):
-                        await _read_tail(response)
                         return body
                     del body
                 await self.memory.wait_to_read(reading)
@@ -669,7 +690,6 @@ class ChatClient:
                     break
                 # Every accumulator is a StreamAccumulator's; one of another shape never says so.
                 if getattr(accumulator, "complete", False):
-                    await _read_tail(response)
                     break
                 if await self.memory.wait_to_read(reading):
                     clock.restart()  # a pause for memory is not the server's silence
@@ -767,10 +787,11 @@ def _whole_json_object(body: bytes) -> bool:
         return False
 
 
-async def _read_tail(response: aiohttp.ClientResponse) -> None:
-    """What follows a whole answer, for ``TAIL_GRACE`` seconds and ``ERROR_BODY_BYTES`` at most:
-    a server that ends the body lets the connection serve another request; one that holds it
-    open (or sends more) has it closed as the response is released."""
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """What follows a whole answer, read after the answer went to be stored, for
+    ``TAIL_GRACE`` seconds and ``ERROR_BODY_BYTES`` at most: a server that ends the body lets the
+    connection serve another request; one that holds it open (or sends more) has it closed as
+    the response is released."""
     size = 0
     try:
         async with asyncio.timeout(TAIL_GRACE):
@@ -778,6 +799,8 @@ async def _read_tail(response: aiohttp.ClientResponse) -> None:
                 size += len(await response.content.readany())
     except (TimeoutError, aiohttp.ClientError):
         pass
+    finally:
+        response.release()
 
 
 async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
