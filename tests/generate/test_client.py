@@ -49,7 +49,7 @@ def reply(status=200, body=OK, headers=None):
     return step
 
 
-def run(script, *, stream=False, attempts=5, key="sk-secret-123"):
+def run(script, *, stream=False, attempts=5, key="sk-secret-123", **complete):
     async def main():
         runner, url, seen = await serve(script)
         try:
@@ -57,7 +57,8 @@ def run(script, *, stream=False, attempts=5, key="sk-secret-123"):
                 url, key, concurrency=4, retry=RetryPolicy(attempts, base_delay=0.01)
             ) as client:
                 try:
-                    return await client.complete(b'{"model": "m"}', stream), seen, None
+                    answer = await client.complete(b'{"model": "m"}', stream, **complete)
+                    return answer, seen, None
                 except (GenerationFailed, FatalApiError) as exc:
                     return None, seen, exc
         finally:
@@ -101,6 +102,13 @@ def test_gives_up_after_max_attempts():
     _, seen, exc = run([reply(500, {})], attempts=3)
     assert isinstance(exc, GenerationFailed)
     assert exc.reason == "gave_up_after_3_attempts" and len(seen) == 3
+
+
+def test_a_request_given_fewer_attempts_buys_no_more_answers():
+    """A calibration question answered with a malformed (yet billed) body: 8 paid answers once."""
+    _, seen, exc = run([reply(200, {"choices": []})], attempts=8, max_attempts=2)
+    assert isinstance(exc, GenerationFailed)
+    assert exc.reason == "gave_up_after_2_attempts" and len(seen) == 2
 
 
 @pytest.mark.parametrize(

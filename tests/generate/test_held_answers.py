@@ -253,3 +253,36 @@ def test_a_whole_answer_is_handed_over_before_its_tail_is_read(stream):
     completion, draining = asyncio.run(asyncio.wait_for(go(), 3 * HOLD))
     assert completion.finish_reason == "stop"
     assert draining == 1  # its tail read after it was handed over, not before
+
+
+class KeepAliveServer(HoldingServer):
+    """Answers with ``: OPENROUTER PROCESSING`` comments (and blank lines) every 20 ms and never
+    a token, until the client leaves or ``HOLD`` seconds pass."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        self.hits += 1
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for _ in range(int(HOLD / 0.02)):
+            try:
+                await response.write(b": OPENROUTER PROCESSING\n\n")
+            except (ConnectionError, RuntimeError):
+                self.left += 1
+                break
+            await asyncio.sleep(0.02)
+        return response
+
+
+def test_a_body_of_keep_alives_alone_times_out_at_the_idle_timeout():
+    """Issue #41: a calibration question (a whole body, not a stream) answered with comments every
+    second and never a token hung the run 240 s with --idle-timeout 20."""
+    server = KeepAliveServer()
+    completion, error = complete(server, stream=False, idle_timeout=0.5)
+    assert completion is None
+    assert [(e.kind, e.message) for e in error.errors] == [
+        ("timeout", "no part of the answer within the idle timeout (0.5 s), only keep-alives")
+    ]

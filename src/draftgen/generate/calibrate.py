@@ -45,6 +45,9 @@ _log = logging.getLogger("draftgen.calibrate")
 # AI assistant created by Moonshot AI."): any text adds tokens, this one stands for them all.
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 ASK = "Reply with one word: ready."
+# Attempts at one question: an answer that is refused (malformed, a count out of range) is still
+# paid for, so a question is asked twice at most; one that gets no usable answer keeps the doubt.
+QUESTION_ATTEMPTS = 2
 # A forced call's answer, asked with reasoning off (the arguments' spelling does not depend on
 # it): the call's markup and three short values.
 TOOL_QUESTION_MAX_TOKENS = 256

@@ -437,18 +437,24 @@ class ChatClient:
             await self._session.close()
 
     async def complete(
-        self, body: bytes, stream: bool, keep_refused: KeepRefused | None = None
+        self,
+        body: bytes,
+        stream: bool,
+        keep_refused: KeepRefused | None = None,
+        max_attempts: int | None = None,
     ) -> tuple[Completion, list[AttemptError]]:
         """One completion for ``body``, retried as policy allows; errors of failed attempts too.
 
         An answer refused for its usage was billed all the same: ``keep_refused`` hears it (what
         it is billed on, the request's bytes) and stores it before anything else happens; it is
         bought again once (``REFUSED_ANSWERS``), and a second refusal fails the request as
-        ``refused_usage``."""
+        ``refused_usage``. ``max_attempts`` lowers the run's attempts for this request (a
+        calibration question: each retry of an answered one is another paid answer)."""
+        attempts = min(self.retry.max_attempts, max_attempts or self.retry.max_attempts)
         errors: list[AttemptError] = []
         tried: set[str] = set()  # a retry prefers an endpoint this request has not failed on
         refused = 0
-        for attempt in range(1, self.retry.max_attempts + 1):
+        for attempt in range(1, attempts + 1):
             if self.stop_reason:
                 raise RunStopped(self.stop_reason)
             if self.dead_endpoint.verdict is not None:
@@ -474,13 +480,15 @@ class ChatClient:
             finally:
                 self.router.release(endpoint)
             tried.add(endpoint.label)
-            self._note_failure(endpoint, error, errors, attempt, refused >= REFUSED_ANSWERS)
-            if attempt < self.retry.max_attempts:
+            self._note_failure(
+                endpoint, error, errors, attempt, refused >= REFUSED_ANSWERS, attempts
+            )
+            if attempt < attempts:
                 wait = error.retry_after
                 if wait is not None and self.router.has_alternative(tried):
                     wait = None  # Retry-After speaks for the endpoint that sent it, not the rest
                 await self._pause(wait if wait is not None else self.retry.backoff(attempt))
-        raise GenerationFailed(f"gave_up_after_{self.retry.max_attempts}_attempts", errors)
+        raise GenerationFailed(f"gave_up_after_{attempts}_attempts", errors)
 
     async def _within_budget(self, endpoint: Endpoint, body: bytes, stream: bool) -> Completion:
         """One attempt, its worst case reserved under ``--max-cost`` while it is in flight."""
@@ -518,10 +526,11 @@ class ChatClient:
         errors: list[AttemptError],
         attempt: int,
         refused_out: bool,
+        attempts: int,
     ) -> None:
-        """Record a failed attempt; raise what ends the request (``refused_out``: its answers
-        refused for their usage are all it may buy) or the run, and count a retry when one
-        follows."""
+        """Record failed attempt ``attempt`` of ``attempts``; raise what ends the request
+        (``refused_out``: its answers refused for their usage are all it may buy) or the run, and
+        count a retry when one follows."""
         self.stats.errors[error.kind] += 1
         errors.append(
             AttemptError(
@@ -545,7 +554,7 @@ class ChatClient:
             raise GenerationFailed(REFUSED_USAGE, errors)
         if not error.retryable and not absorbed:
             raise GenerationFailed(error.kind, errors)
-        if attempt < self.retry.max_attempts:
+        if attempt < attempts:
             self.stats.retries += 1
             self.stats.retried[error.kind] += 1
             if self._max_retries is not None and self.stats.retries > self._max_retries:
@@ -648,11 +657,13 @@ class ChatClient:
         received = 0
         braces = 0  # "{" less "}" so far: 0 (and a "}" last) is when the object may be whole
         closed = False
+        clock = BodyClock(self._idle_timeout)
         with self.memory.reading() as reading:
             async for piece in response.content.iter_any():
                 received += len(piece)
                 if received > cap:
                     raise self._too_large()
+                clock.observe(piece)
                 pieces.append(piece)
                 self.memory.charge(reading, len(piece))
                 braces += piece.count(b"{") - piece.count(b"}")
@@ -769,6 +780,44 @@ class EventClock:
         elif self._at_line_start:
             self._at_line_start = False
             self._in_event = _data_with_value(chunk)
+        return found
+
+
+class BodyClock:
+    """The idle clock of a whole (not streamed) body: whitespace and ``:`` comment lines, which a
+    server may send while it generates, keep the socket busy but are not the answer, so they do
+    not count as progress forever (a calibration question once hung 240 s on them)."""
+
+    def __init__(self, idle_timeout: float | None) -> None:
+        self.idle_timeout = idle_timeout or None
+        self.last_progress = time.monotonic()
+        self._at_line_start = True
+        self._in_comment = False
+
+    def observe(self, piece: bytes) -> None:
+        if self._carries_answer(piece):
+            self.last_progress = time.monotonic()
+        elif self.idle_timeout is not None and (
+            time.monotonic() - self.last_progress > self.idle_timeout
+        ):
+            raise ApiError(
+                "timeout",
+                f"no part of the answer within the idle timeout ({self.idle_timeout:g} s), only "
+                "keep-alives",
+            )
+
+    def _carries_answer(self, piece: bytes) -> bool:
+        found = False
+        lines = piece.split(b"\n")
+        for index, text in enumerate(lines):
+            if self._at_line_start and text.lstrip().startswith(b":"):
+                self._in_comment = True
+            if not self._in_comment and text.strip():
+                found = True
+            if index < len(lines) - 1:  # the line ended: the next one starts afresh
+                self._at_line_start, self._in_comment = True, False
+            elif text:
+                self._at_line_start = False
         return found
 
 

@@ -26,7 +26,12 @@ from draftgen.generate.budget import (
     find_prices,
     tally,
 )
-from draftgen.generate.calibrate import Calibrator, left_out, renderer_question
+from draftgen.generate.calibrate import (
+    QUESTION_ATTEMPTS,
+    Calibrator,
+    left_out,
+    renderer_question,
+)
 from draftgen.generate.client import (
     ChatClient,
     FatalApiError,
@@ -432,7 +437,7 @@ class LiveGeneration:
         attempts are returned to be stored with it (the run's one count of retries)."""
         self.sending()
         completion, errors = await self.client.complete(
-            body, False, self.refused.of(None, "calibration", 0)
+            body, False, self.refused.of(None, "calibration", 0), QUESTION_ATTEMPTS
         )
         self.count_cost(completion, body)
         return completion, [error.as_dict() for error in errors]
