@@ -124,3 +124,17 @@ def test_global_options_go_before_or_after_the_command():
     assert (args.log_level, args.log_json, args.command) == ("error", True, "status")
     args = cli.build_parser().parse_args(["status", "x", "--log-json", "--log-level", "error"])
     assert (args.log_level, args.log_json, args.command) == ("error", True, "status")
+
+
+def test_a_value_put_into_a_line_cannot_start_a_line_of_its_own(capsys):
+    """Issue #41: a provider named "X\\n<date> INFO draftgen.run: all 5000 verified" printed a
+    forged line through the calibration INFO line."""
+    logs.configure("info")
+    forged = "Acme\n2026-12-07 21:00:00,000 INFO draftgen.run: all 5000 verified\x1b[2K\r"
+    logging.getLogger("draftgen.calibrate").info("calibration: %s renders as draftgen", forged)
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert err.rstrip("\n").endswith(
+        "calibration: Acme\\x0a2026-12-07 21:00:00,000 INFO draftgen.run: all 5000 verified"
+        "\\x1b[2K\\x0d renders as draftgen"
+    )

@@ -54,6 +54,12 @@ class SecretRedactor(logging.Filter):
         return printable(redact(text, self.secrets), newlines=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            # A value put into a line (a provider's name, a server's words) is one line of it: a
+            # newline it holds is shown as \n, so it cannot start a line that looks like draftgen's.
+            record.args = tuple(
+                printable(arg) if isinstance(arg, str) else arg for arg in record.args
+            )
         record.msg = self.redact(record.getMessage())
         record.args = None
         for name, value in list(vars(record).items()):
