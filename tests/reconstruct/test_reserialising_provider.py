@@ -14,6 +14,7 @@ from draftgen.reconstruct.background import flag_reserialising_providers
 from draftgen.simulator import wire
 from draftgen.store.database import Store
 from draftgen.tokens.rendering import tokenizer_profile
+from draftgen.tokens.tokenizer import load_tokenizer
 
 # Properties out of alphabetical order: the provider's sorted keys are not the model's.
 TOOLS = [
@@ -35,10 +36,12 @@ TOOLS = [
 ]
 
 
+# Three keys: each of their six orders reads to the same count.
 FLAG_DETAIL = (
     "this provider rewrites tool-call arguments beyond the engine's parser (calibration's forced "
-    "call came back with escaped_text,sorted_keys), and such a rewrite (key order, spacing) can "
-    "leave the count unchanged"
+    "call came back with escaped_text,sorted_keys), and 6 spellings it would rewrite into this "
+    "text (other key orders, spacing, escapes) share this sample's count, so the count cannot "
+    "tell which one the model wrote"
 )
 
 
@@ -93,7 +96,10 @@ def test_a_provider_caught_reserialising_has_no_tool_call_sample_verified(
         ).fetchall()
         assert details == [(FLAG_DETAIL,)]
         # Flagging again (a resume) finds nothing left to flag.
-        assert flag_reserialising_providers(store, tokenizer_profile(f"fixture:{fixture}")) == 0
+        spec = f"fixture:{fixture}"
+        assert (
+            flag_reserialising_providers(store, load_tokenizer(spec), tokenizer_profile(spec)) == 0
+        )
 
 
 def test_a_provider_never_caught_keeps_its_tool_call_samples(tmp_path, monkeypatch):
