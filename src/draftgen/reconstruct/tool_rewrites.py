@@ -44,13 +44,8 @@ def rewrite_marks(
     vLLM may serve without the family's parser (its spelling then proves nothing). A text that
     is not a JSON object shows nothing.
     """
-    if not isinstance(arguments, str):
-        return []
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return []
-    if not isinstance(parsed, dict):
+    parsed = _parsed_arguments(arguments)
+    if parsed is None:
         return []
     marks = []
     ascii_engine = profile.tool_arguments_dump == "ascii"  # harmony's json.dumps escapes them
@@ -217,6 +212,7 @@ def spellings_at_count(
 
 
 def _parsed_arguments(arguments: object) -> dict | None:
+    """A call's ``arguments`` text as the JSON object it holds (None: not one)."""
     if not isinstance(arguments, str):
         return None
     try:
