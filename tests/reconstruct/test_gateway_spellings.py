@@ -12,6 +12,7 @@ from draftgen.profiles import QWEN3, get_profile
 from draftgen.reconstruct.text import reconstruct_sample
 from draftgen.reconstruct.tool_rewrites import (
     KEY_ORDER_LIMIT,
+    _tails,
     inverse_calls,
     keeps_unsorted_keys,
     key_orders,
@@ -168,3 +169,18 @@ def test_key_orders_reach_nested_objects_and_stop_at_the_limit():
 )
 def test_a_provider_keeps_unsorted_keys_only_where_one_came_back_unsorted(arguments, keeps):
     assert keeps_unsorted_keys([{"function": {"arguments": arguments}}]) is keeps
+
+
+@pytest.mark.parametrize("fixture", ["qwen3", "qwen3.6", "kimi-k2.5"])
+def test_spellings_are_encoded_from_their_shared_heads_last_special_token(fixture):
+    """What follows the shared head is encoded alone: its ids are those of the whole text's."""
+    tokenizer = load_tokenizer(f"fixture:{fixture}")
+    reasoning = "Let me think about Zürich.\n\nThe weather: <b> & more" * 3
+    texts = [
+        f"{reasoning}</think>{head}<tool_call>\n{arguments}\n</tool_call><|im_end|>"
+        for head in ("", "\n")
+        for arguments in ('{"a": 1, "b": "x"}', '{"b":"x","a":1}')
+    ]
+    head, tails = _tails(tokenizer, texts)
+    assert head == len(encode(tokenizer, reasoning + "</think>"))
+    assert [encode(tokenizer, text)[head:] for text in texts] == tails

@@ -16,13 +16,16 @@ import dataclasses
 import functools
 import itertools
 import json
+import os
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from draftgen.profiles import ModelProfile
-from draftgen.reconstruct.text import read_completion, recorded_prompt
+from draftgen.reconstruct.text import CompletionReading, read_completion, recorded_prompt
 from draftgen.records import StoredCompletion
+from draftgen.tokens import tokenizer as tok
+from draftgen.tokens.fast_encoder import special_pattern, splits_at_specials
 from draftgen.tokens.rendering import RenderError
 
 # Marks, each a rewrite the engine's parser never makes.
@@ -194,21 +197,33 @@ def spellings_at_count(
     if framing is None:
         return None
     expected = completion.completion_tokens
-    found: set[tuple[int, ...]] = set()
-    seen: set[str] = set()
+    readings: dict[str, tuple[CompletionReading, int]] = {}  # text -> (its reading, index)
     for calls in variants:
         reading = read_completion(
             dataclasses.replace(completion, tool_calls=calls), prompt_text, profile
         )
         for index, text in enumerate(reading.texts):
-            same_framing = not reading.framings or reading.framings[index] == framing
-            if text in seen or not same_framing:
-                continue
-            seen.add(text)
-            ids = reading.ids(tokenizer, index)
-            if len(ids) == expected:
-                found.add(tuple(ids))
-    return len(found)
+            if not reading.framings or reading.framings[index] == framing:
+                readings.setdefault(text, (reading, index))
+    if served.segments:  # a family encoded piece by piece: each reading whole
+        found = {tuple(reading.ids(tokenizer, index)) for reading, index in readings.values()}
+        return sum(len(ids) == expected for ids in found)
+    head, tails = _tails(tokenizer, list(readings))
+    return len({tuple(tail) for tail in tails if head + len(tail) == expected})
+
+
+def _tails(tokenizer: Any, texts: list[str]) -> tuple[int, list[list[int]]]:
+    """(the ids of the texts' shared head, the ids of what follows it in each): the head ends
+    where the last special token before the texts part ends, ids never merging across one (the
+    reasoning before a call is encoded once, not once a spelling)."""
+    inner = getattr(tokenizer, "inner", tokenizer)
+    pattern = special_pattern(inner)
+    cut = 0
+    if pattern is not None and len(texts) > 1 and splits_at_specials(inner):
+        common = len(os.path.commonprefix(texts))
+        cut = max((m.end() for m in pattern.finditer(texts[0], 0, common)), default=0)
+    head = len(tok.encode(tokenizer, texts[0][:cut])) if cut else 0
+    return head, tok.encode_batch(tokenizer, [text[cut:] for text in texts])
 
 
 def _parsed_arguments(arguments: object) -> dict | None:
