@@ -7,13 +7,16 @@ bought (rows, calibration's questions, anything bought twice).
     .venv/bin/python benchmarks/calibration_trial.py kimi-k2.5 --quirk template_revision=0.25
     .venv/bin/python benchmarks/calibration_trial.py qwen3.6 --tools --rows 200 \\
         --quirk reserialize_arguments=0.34 --keep-providers
+    .venv/bin/python benchmarks/calibration_trial.py qwen3.6 --tools --rows 200 --one-key 0.5 \\
+        --quirk reserialize_arguments=0.34 --keep-providers
     .venv/bin/python benchmarks/calibration_trial.py gpt-oss --no-calibrate   # the baseline
 
 Rows are system-led one-turn conversations (where gpt-oss's harmony and template renderings
 differ at an equal count), or without a system message (``--no-system``: where a template
 revision that adds a default system prompt differs); ``--tools`` declares a tool whose
 parameters are not in sorted order and has the model call it on 70% of the turns, half of its
-calls written as compact JSON.
+calls written as compact JSON; ``--one-key SHARE`` gives that share of the rows a tool of one
+parameter instead (a call whose only spelling a key-sorting gateway cannot reorder).
 """
 
 from __future__ import annotations
@@ -49,21 +52,40 @@ TOOLS = [
 ]
 
 
-def rows(count: int, tools: bool, system: bool = True) -> list[dict]:
+ONE_KEY_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+def rows(count: int, tools: bool, system: bool = True, one_key: float = 0.0) -> list[dict]:
     lead = [{"role": "system", "content": "Be brief."}] if system else []
     return [
         {
             "id": f"r{i}",
             "messages": [*lead, {"role": "user", "content": f"Question {i}: why?"}],
-            **({"tools": TOOLS} if tools else {}),
+            # One-key rows spread evenly among the others.
+            **({"tools": _tools_of(i, one_key)} if tools else {}),
         }
         for i in range(count)
     ]
 
 
+def _tools_of(index: int, one_key: float) -> list[dict]:
+    return ONE_KEY_TOOLS if int((index + 1) * one_key) > int(index * one_key) else TOOLS
+
+
 def trial(args: argparse.Namespace, root: Path) -> dict:
     (root / "rows.jsonl").write_text(
-        "".join(json.dumps(row) + "\n" for row in rows(args.rows, args.tools, not args.no_system)),
+        "".join(
+            json.dumps(row) + "\n"
+            for row in rows(args.rows, args.tools, not args.no_system, args.one_key)
+        ),
         encoding="utf-8",
     )
     quirks = {name: float(rate) for name, _, rate in (q.partition("=") for q in args.quirk)}
@@ -129,6 +151,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--quirk", action="append", default=[], metavar="NAME=RATE")
     parser.add_argument("--tools", action="store_true")
+    parser.add_argument("--one-key", type=float, default=0.0, metavar="SHARE")
     parser.add_argument("--keep-providers", action="store_true")
     parser.add_argument("--no-calibrate", action="store_true")
     parser.add_argument("--no-system", action="store_true", help="rows without a system message")

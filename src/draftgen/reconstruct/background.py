@@ -19,6 +19,7 @@ import pickle
 import signal
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from draftgen import __version__
@@ -27,7 +28,15 @@ from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.text import strips_are_invisible
-from draftgen.reconstruct.tool_rewrites import call_marks
+from draftgen.reconstruct.tool_rewrites import (
+    ESCAPED_TEXT,
+    KEY_ORDER_LIMIT,
+    SORTED_KEYS,
+    call_marks,
+    inverse_calls,
+    keeps_unsorted_keys,
+    spellings_at_count,
+)
 from draftgen.reconstruct.verify import (
     PROMPT_RENDERER_UNPROVEN,
     PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
@@ -93,7 +102,7 @@ def reconstruct_all(
         return made  # stopped inside a long text: its batch is left unreconstructed
     flag_invisible_strips(store, tokenizer, profile)
     flag_unproven_renderers(store, tokenizer, profile)
-    flag_reserialising_providers(store, profile)
+    flag_reserialising_providers(store, tokenizer, profile)
     return made
 
 
@@ -158,7 +167,19 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     return len(flags)
 
 
-def argument_rewriters(store: Store, profile: ModelProfile) -> dict[str, str]:
+@dataclass(frozen=True)
+class ArgumentRewriter:
+    """A provider caught rewriting tool-call arguments beyond the engine's parser: what it was
+    caught doing (``evidence``), and which rewrites its samples are read back through."""
+
+    evidence: str
+    # May change the keys' order: caught sorting them, or never seen keeping an unsorted order.
+    reorders: bool
+    # Caught escaping text (``<>&``, or non-ASCII where the engine keeps it).
+    escapes: bool
+
+
+def argument_rewriters(store: Store, profile: ModelProfile) -> dict[str, ArgumentRewriter]:
     """provider -> what it was caught doing to tool-call arguments beyond the engine's parser.
 
     Caught: the calibration's forced call, or any answer it served, shows a mark the engine's
@@ -168,47 +189,93 @@ def argument_rewriters(store: Store, profile: ModelProfile) -> dict[str, str]:
     only a re-serialised reading (``tool_arguments_reserialised``) is a rewrite too; where the
     engine dumps what it parsed, that is the engine's own, judged by each sample's count.
     """
-    caught: dict[str, str] = {}
+    evidence: dict[str, str] = {}
+    marks: dict[str, set[str]] = {}
+    keeps_order: set[str] = set()
     for provider, questions in store.calibrations().items():
         row = questions.get(TOOL_ARGUMENTS, {})
         if row.get("verdict") == REWRITES_ARGUMENTS:
-            caught[provider] = f"calibration's forced call came back with {row.get('matched')}"
+            matched = row.get("matched") or ""
+            evidence[provider] = f"calibration's forced call came back with {matched}"
+            marks.setdefault(provider, set()).update(matched.split(","))
     for provider, calls, request in store.tool_call_answers():
-        if provider in caught:
-            continue
-        marks = call_marks(calls, request.get("tools"), profile)
-        if marks:
-            caught[provider] = f"an answer's arguments came back with {', '.join(marks)}"
+        found = call_marks(calls, request.get("tools"), profile)
+        if found:
+            marks.setdefault(provider, set()).update(found)
+            evidence.setdefault(
+                provider, f"an answer's arguments came back with {', '.join(found)}"
+            )
+        if keeps_unsorted_keys(calls):
+            keeps_order.add(provider)
     if not profile.tool_arguments_parsed:
-        for provider in store.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED) - set(caught):
-            caught[provider] = "a sample's count matched only a re-serialised reading"
-    return caught
+        for provider in store.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED) - set(evidence):
+            evidence[provider] = "a sample's count matched only a re-serialised reading"
+    return {
+        provider: ArgumentRewriter(
+            evidence=what,
+            reorders=SORTED_KEYS in marks.get(provider, ()) or provider not in keeps_order,
+            escapes=ESCAPED_TEXT in marks.get(provider, ()),
+        )
+        for provider, what in evidence.items()
+    }
 
 
-def flag_reserialising_providers(store: Store, profile: ModelProfile) -> int:
-    """Unverify the count-neutral tool-call samples of providers caught rewriting tool-call
-    arguments on top of the engine's parser (``argument_rewriters``).
+def flag_reserialising_providers(store: Store, tokenizer, profile: ModelProfile) -> int:
+    """Unverify the tool-call samples of providers caught rewriting tool-call arguments on top
+    of the engine's parser (``argument_rewriters``) that their count does not single out.
 
     Such a rewrite is code, so it touches every call the provider delivers; where the verbatim
     reading of its rewrite happens to match the count, the sample was verified with the
-    provider's key order and spacing, not the model's. Calls without arguments (none, or
-    ``{}``) read the same either way and are kept.
+    provider's key order and spacing, not the model's. A sample is kept when, of every spelling
+    the provider's rewrites could have turned into the served one (``tool_rewrites.
+    inverse_calls``: other key orders where it sorts them, other spacing, unescaped or escaped
+    text where it escapes), only the one it was read with has its count. Calls without
+    arguments (none, or ``{}``) read the same either way and are kept.
     """
     rewriters = argument_rewriters(store, profile)
-    flags = [
-        (
-            key,
-            PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
-            f"this provider rewrites tool-call arguments beyond the engine's parser "
-            f"({rewriters[provider]}), and such a rewrite (key order, spacing) can leave the "
-            "count unchanged",
+    flags = []
+    for provider, stored, completion_ids in store.verified_tool_call_samples(set(rewriters)):
+        calls = stored.completion.tool_calls or []
+        if not any(_has_arguments(call) for call in calls):
+            continue
+        rewriter = rewriters[provider]
+        variants = inverse_calls(calls, rewriter.reorders, rewriter.escapes)
+        sharing = None
+        if variants is not None:
+            sharing = spellings_at_count(stored, completion_ids, tokenizer, profile, variants)
+        if sharing == 1:
+            continue  # the only spelling at its count: proven despite the rewrite
+        flags.append(
+            (stored.key, PROVIDER_RESERIALISES_TOOL_ARGUMENTS, _doubt(rewriter, sharing, variants))
         )
-        for provider, key, calls in store.verified_tool_calls(set(rewriters))
-        if any(_has_arguments(call) for call in calls)
-    ]
     if flags:
         store.flag_samples(flags)
     return len(flags)
+
+
+def _doubt(rewriter: ArgumentRewriter, sharing: int | None, variants: list | None) -> str:
+    """The detail of a sample its provider's rewrites leave unproven."""
+    caught = (
+        f"this provider rewrites tool-call arguments beyond the engine's parser "
+        f"({rewriter.evidence})"
+    )
+    rewrites = "other key orders, spacing" if rewriter.reorders else "other spacing"
+    if rewriter.escapes:
+        rewrites += ", escapes"
+    if variants is None:
+        return (
+            f"{caught}, and these calls have more key orders than draftgen reads "
+            f"({KEY_ORDER_LIMIT}), so the model's cannot be told from the provider's"
+        )
+    if sharing is None:
+        return (
+            f"{caught}, and this sample's reading is not one draftgen can read back through "
+            "that rewrite, so the count cannot tell the model's spelling from the provider's"
+        )
+    return (
+        f"{caught}, and {sharing} spellings it would rewrite into this text ({rewrites}) share "
+        "this sample's count, so the count cannot tell which one the model wrote"
+    )
 
 
 def _has_arguments(call: object) -> bool:

@@ -105,17 +105,29 @@ class SamplesMixin:
                 (provider,),
             ).fetchall()
 
-    def verified_tool_calls(self, providers: set[str]) -> Iterator[tuple[str, str, list]]:
-        """(provider, key, structured tool calls) of every verified text-path sample with tool
-        calls served by one of ``providers``."""
+    def verified_tool_call_samples(
+        self, providers: set[str]
+    ) -> Iterator[tuple[str, StoredCompletion, list[int]]]:
+        """(provider, stored completion, the sample's completion ids) of every verified
+        text-path sample with tool calls served by one of ``providers``, in key order."""
         for provider in sorted(providers):
-            for key, calls in self.db.execute(
-                "SELECT c.key, c.tool_calls FROM samples s JOIN completions c ON c.key = s.key"
-                " WHERE s.verified = 1 AND s.id_source = 'text' AND c.tool_calls IS NOT NULL"
-                " AND coalesce(c.provider, '') = ?",
+            cursor = self.db.execute(
+                SELECT_COMPLETIONS.replace(
+                    "SELECT ",
+                    "SELECT s.input_ids AS sample_ids, s.prompt_len AS sample_prompt, ",
+                    1,
+                )
+                + " JOIN samples s ON s.key = c.key WHERE s.verified = 1 AND s.id_source = 'text'"
+                " AND c.tool_calls IS NOT NULL AND coalesce(c.provider, '') = ? ORDER BY c.key",
                 (provider,),
-            ).fetchall():
-                yield provider, key, orjson.loads(calls)
+            )
+            names = [d[0] for d in cursor.description]
+            for values in cursor:
+                row = dict(zip(names, values, strict=True))
+                ids = array("i")
+                ids.frombytes(row.pop("sample_ids"))
+                start = row.pop("sample_prompt")
+                yield provider, _stored_completion(row), ids[start:].tolist()
 
     def tool_call_answers(self) -> Iterator[tuple[str, list, dict]]:
         """(provider, structured tool calls, the request) of every stored answer with tool
