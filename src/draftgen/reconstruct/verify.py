@@ -42,6 +42,11 @@ TOOL_ARGUMENT_LITERAL_UNPROVEN = "tool_argument_literal_unproven"
 # The profile's tool-call markup is not confirmed (DeepSeek V3.2's DSML): a matching count does
 # not prove the rebuilt ids, so such samples never pass on the text path.
 TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
+# An answer returned as all reasoning and no content reads both as one that closed its
+# reasoning (``think_end`` generated, nothing after it) and as one that ended inside it (the end
+# of turn before ``think_end``: vLLM returns both so), and the count does not say which: none was
+# given, or both readings have it. ``think_end`` is never put in the ids unproven.
+REASONING_END_UNPROVEN = "reasoning_end_unproven"
 # Server ids (vLLM, SGLang) whose length disagrees with the server's own usage counts.
 SERVER_COUNT_MISMATCH = "server_count_mismatch"
 # Logprob token bytes that do not spell the delivered content (misaligned or another choice's).
@@ -93,6 +98,7 @@ DOUBT_REASONS: tuple[str, ...] = (
     TOOL_CALL_FORMAT_UNCONFIRMED,
     PROMPT_MODE_UNPROVEN,
     PROMPT_DATE_UNPROVEN,
+    REASONING_END_UNPROVEN,
 )
 
 
@@ -152,6 +158,15 @@ def verify_sample(
             )
         )
     failures += _tool_argument_failures(notes, profile, details)
+    if REASONING_END_UNPROVEN in notes:
+        failures.append(
+            (
+                REASONING_END_UNPROVEN,
+                f"the answer came back as all reasoning and no content, which reads both with "
+                f"and without {profile.think_end} (an answer that ended inside its reasoning), "
+                "and the count does not tell which the model generated",
+            )
+        )
     if decoded_text != completion_text:
         failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
     if "reasoning_in_non_thinking_prompt" in notes:

@@ -1,0 +1,161 @@
+"""An answer that ends inside its reasoning: read with and without the close, the count decides."""
+
+from __future__ import annotations
+
+import pytest
+
+from draftgen.profiles import GPT_OSS, KIMI_K2, QWEN3
+from draftgen.profiles.qwen3_5 import QWEN3_5
+from draftgen.reconstruct.text import (
+    REASONING_UNCLOSED,
+    CompletionReading,
+    _reasoning_end_unproven,
+    read_completion,
+    reconstruct_sample,
+)
+from draftgen.reconstruct.verify import DOUBT_REASONS, REASONING_END_UNPROVEN
+from draftgen.records import Completion, StoredCompletion
+from draftgen.tokens.rendering import render_prompt
+from draftgen.tokens.tokenizer import encode, load_tokenizer
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+QWEN3_PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+QWEN3_5_PROMPT = QWEN3_PROMPT + "<think>\n"
+K25_PROMPT = "<|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|><think>"
+CALL = {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def completion(reasoning, content, finish="stop", calls=None, generated=None, tokenizer=None):
+    usage: dict = {}
+    if generated is not None:
+        prompt = encode(tokenizer, render_prompt(tokenizer, MESSAGES, None))
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(encode(tokenizer, generated)),
+        }
+    return Completion("g", "p", "m", reasoning, content, calls, finish, finish, usage)
+
+
+def test_an_all_reasoning_answer_reads_with_and_without_the_close():
+    reading = read_completion(completion("\nR", ""), QWEN3_PROMPT, QWEN3)
+    # The model opens the block itself: it may also have written none (vLLM's parser then
+    # calls all of it reasoning).
+    assert reading.texts == [
+        "<think>\nR</think><|im_end|>",
+        "<think>\nR<|im_end|>",
+        "\nR<|im_end|>",
+    ]
+    assert [reading.notes_of(i) for i in range(3)] == [
+        [],
+        [REASONING_UNCLOSED],
+        [REASONING_UNCLOSED],
+    ]
+    # The prompt opened the block: the answer is the reasoning with or without the close.
+    reading = read_completion(completion("R\n", ""), QWEN3_5_PROMPT, QWEN3_5)
+    assert reading.texts == ["R\n</think><|im_end|>", "R\n<|im_end|>"]
+    # Harmony's close is think_end and the final channel's header: both are left out.
+    prompt = "<|start|>user<|message|>hi<|end|><|start|>assistant"
+    reading = read_completion(completion("R", ""), prompt, GPT_OSS)
+    assert reading.texts == [
+        "<|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>"
+        "<|return|>",
+        "<|channel|>analysis<|message|>R<|return|>",
+        "R<|return|>",
+    ]
+
+
+def test_only_an_answer_with_no_content_and_a_finish_reads_unclosed():
+    assert len(read_completion(completion("R", "A"), QWEN3_5_PROMPT, QWEN3_5).texts) == 1
+    # A cut answer has its own readings (the cut before or after the close).
+    cut = read_completion(completion("R", "", "length"), QWEN3_5_PROMPT, QWEN3_5)
+    assert cut.texts == ["R", "R</think>"]
+    assert not any(REASONING_UNCLOSED in cut.notes_of(i) for i in range(len(cut.texts)))
+
+
+def test_a_tool_call_ends_unclosed_reasoning_only_where_the_parser_says_so():
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    # Qwen3's hermes calls come after </think> (its parser finds no call inside reasoning).
+    qwen3 = read_completion(completion("R", "", "tool_calls", [call]), QWEN3_PROMPT, QWEN3)
+    assert not any(REASONING_UNCLOSED in qwen3.notes_of(i) for i in range(len(qwen3.texts)))
+    # Qwen3.5's XML call ends reasoning in vLLM's qwen3 parser; Kimi's section is a split marker.
+    qwen35 = read_completion(completion("R", "", "tool_calls", [call]), QWEN3_5_PROMPT, QWEN3_5)
+    assert qwen35.texts == [
+        "R</think><tool_call>\n<function=f>\n</function>\n</tool_call><|im_end|>",
+        "R<tool_call>\n<function=f>\n</function>\n</tool_call><|im_end|>",
+    ]
+    assert qwen35.notes_of(1) == ["tool_calls_rebuilt", REASONING_UNCLOSED]
+    kimi = read_completion(completion("R", "", "tool_calls", [CALL]), K25_PROMPT, KIMI_K2)
+    assert (
+        "R<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"
+        "{}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+    ) in kimi.texts
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return load_tokenizer("fixture:qwen3")
+
+
+@pytest.mark.parametrize(
+    "generated, reasoning, unclosed",
+    [
+        # The end of turn came inside the reasoning: no </think> was generated.
+        ("<think>\nHello there<|im_end|>", "\nHello there", True),
+        # The model closed its reasoning and wrote nothing after it.
+        ("<think>\nHello there</think><|im_end|>", "\nHello there", False),
+        # The model opened no block at all; the parser called its answer reasoning.
+        ("Hello there<|im_end|>", "Hello there", True),
+    ],
+)
+def test_the_count_picks_the_reading_the_model_generated(qwen3, generated, reasoning, unclosed):
+    done = completion(reasoning, "", generated=generated, tokenizer=qwen3)
+    stored = StoredCompletion("k", "s", 0, MESSAGES, None, done)
+    sample = reconstruct_sample(stored, qwen3, QWEN3)
+    prompt = encode(qwen3, render_prompt(qwen3, MESSAGES, None))
+    assert sample.input_ids == prompt + encode(qwen3, generated)
+    assert sample.verified, sample.detail
+    assert (REASONING_UNCLOSED in sample.detail.split("; ")) is unclosed
+
+
+def test_without_a_count_an_all_reasoning_answer_is_never_verified(qwen3):
+    stored = StoredCompletion("k", "s", 0, MESSAGES, None, completion("\nHello", ""))
+    sample = reconstruct_sample(stored, qwen3, QWEN3)
+    assert not sample.verified
+    assert sample.reason == "no_usage"
+    assert "reads both with and without </think>" in sample.detail
+
+
+def test_a_tie_between_the_close_and_no_close_is_never_verified():
+    reading = CompletionReading(
+        ["R</think><|im_end|>", "R<|im_end|>", "X<|im_end|>"],
+        text_notes=[(), (REASONING_UNCLOSED,), (REASONING_UNCLOSED,)],
+    )
+    # Another reading on the other side with the same count and other ids: unproven.
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 4, 3], [5]], 0, 3) == [
+        REASONING_END_UNPROVEN
+    ]
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5, 6, 7]], 0, 3) == [
+        REASONING_END_UNPROVEN
+    ]
+    # Counts that differ settle it, whichever side was picked.
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, 3) == []
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 1, 2) == []
+    # No count: unproven; a count no reading has is another reason's failure.
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, None) == [
+        REASONING_END_UNPROVEN
+    ]
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, 9) == []
+    assert REASONING_END_UNPROVEN in DOUBT_REASONS
+
+
+def test_a_kimi_tool_call_inside_unclosed_reasoning_is_verified():
+    kimi = load_tokenizer("fixture:kimi-k2.5")
+    generated = (
+        "Need it<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+        "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+    )
+    done = completion("Need it", "", "tool_calls", [CALL], generated, kimi)
+    sample = reconstruct_sample(StoredCompletion("k", "s", 0, MESSAGES, None, done), kimi, KIMI_K2)
+    prompt = encode(kimi, render_prompt(kimi, MESSAGES, None))
+    assert sample.verified, sample.detail
+    assert sample.input_ids == prompt + encode(kimi, generated)
