@@ -159,3 +159,47 @@ def test_a_kimi_tool_call_inside_unclosed_reasoning_is_verified():
     prompt = encode(kimi, render_prompt(kimi, MESSAGES, None))
     assert sample.verified, sample.detail
     assert sample.input_ids == prompt + encode(kimi, generated)
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("fixture", ["qwen3", "qwen3.5"])
+def test_a_simulated_run_proves_answers_that_end_inside_their_reasoning(
+    tmp_path, monkeypatch, fixture
+):
+    """vLLM's delivery (all reasoning, content "") of turns whose end of turn, or tool call,
+    came before think_end: each is verified with the ids the model generated, no think_end."""
+    from golden import run_rows
+
+    rows = [
+        {"id": f"r{i}", "messages": [{"role": "user", "content": f"Question {i}?"}]}
+        | ({"tools": TOOLS} if i % 2 else {})
+        for i in range(24)
+    ]
+    config = {"seed": 11, "tool_call_rate": 0.5, "quirks": {"unclosed_reasoning": 0.5}}
+    truth, exported = run_rows(tmp_path, monkeypatch, fixture, rows, config)
+    assert len(exported) == 24  # the truth also holds answers cut to nothing, asked again
+    think_end = encode(load_tokenizer(f"fixture:{fixture}"), "</think>")
+    unclosed = unclosed_calls = 0
+    for row in exported:
+        record = truth[row["generation_id"]]
+        assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+        assert (row["verified"], row["verify_reason"]) == (True, "ok"), row["verify_detail"]
+        if "unclosed_reasoning" in record["quirks"]:
+            unclosed += 1
+            unclosed_calls += bool(record["tool_calls"])
+            assert think_end[0] not in record["completion_ids"]
+            assert record["delivered"]["content"] == "" and record["delivered"]["reasoning"]
+    assert unclosed >= 6
+    # Qwen3's hermes calls never end reasoning (its parser finds none inside it); Qwen3.5's do.
+    assert (unclosed_calls > 0) is (fixture == "qwen3.5")
