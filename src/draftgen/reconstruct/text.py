@@ -29,6 +29,7 @@ from draftgen.reconstruct.verify import (
     PROMPT_MODE_UNPROVEN,
     PROMPT_RENDER_FAILED,
     REASONING_END_UNPROVEN,
+    REPAIR_WOULD_MATCH,
     TOOL_ARGUMENTS_COUNT_NEUTRAL,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
@@ -781,7 +782,7 @@ def _whitespace_repair(
 
 
 def _repair_text(lead: str, trail: str) -> str:
-    return f"the count matches with {lead!r} before and {trail!r} after the content"
+    return f"restoring {lead!r} before and {trail!r} {REPAIR_WOULD_MATCH}"
 
 
 def _unchecked(completion: Completion, why: str) -> str:
