@@ -203,3 +203,32 @@ def test_a_simulated_run_proves_answers_that_end_inside_their_reasoning(
     assert unclosed >= 6
     # Qwen3's hermes calls never end reasoning (its parser finds none inside it); Qwen3.5's do.
     assert (unclosed_calls > 0) is (fixture == "qwen3.5")
+
+
+def test_kimi_k3_reads_an_unclosed_think_channel_by_its_segments():
+    from draftgen.profiles.kimi_k3 import KIMI_K3
+    from draftgen.reconstruct.text import renderer_for
+
+    k3 = load_tokenizer("fixture:kimi-k3")
+    rendering = renderer_for(k3, KIMI_K3).render(MESSAGES, None)
+    reading = read_completion(completion("Hmm.", ""), rendering.text, KIMI_K3)
+    assert reading.texts == [
+        "Hmm.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
+        "<|close|>message<|sep|><|end_of_msg|>",
+        "Hmm.<|end_of_msg|>",
+        "Hmm.<|close|>message<|sep|><|end_of_msg|>",
+    ]
+    assert [reading.notes_of(i) for i in range(3)] == [
+        [],
+        [REASONING_UNCLOSED],
+        [REASONING_UNCLOSED],
+    ]
+    counts = [len(reading.ids(k3, i)) for i in range(3)]
+    assert counts == [15, 3, 6]
+    # The model's end of message inside its think channel: that reading, proven by the count.
+    usage = {"prompt_tokens": len(rendering.ids), "completion_tokens": 3}
+    done = Completion("g", "p", "m", "Hmm.", "", None, "stop", "stop", usage)
+    stored = StoredCompletion("k", "s", 0, MESSAGES, None, done, rendering=rendering)
+    sample = reconstruct_sample(stored, k3, KIMI_K3)
+    assert sample.verified, sample.detail
+    assert sample.input_ids == list(rendering.ids) + reading.ids(k3, 1)

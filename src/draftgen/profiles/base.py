@@ -23,6 +23,9 @@ MINIMAX_TOOL_CALLS = "minimax"
 # DeepSeek V3.2's DSML markup: written from its published encoder's shape, details unconfirmed.
 DSML_TOOL_CALLS = "dsml"
 HARMONY_TOOL_CALLS = "harmony"
+# The note on a reading of an answer as one that ended inside its reasoning: no ``think_end``
+# was generated (vLLM returns such an answer as all reasoning and no content).
+REASONING_UNCLOSED = "reasoning_unclosed"
 # One special token's text inside a delimiter made of several (harmony's <|end|><|start|>...).
 SPECIAL_SHAPED = re.compile(r"<\|[a-z_]+\|>")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
-from draftgen.profiles.base import Segment
+from draftgen.profiles.base import REASONING_UNCLOSED, Segment
 from draftgen.reconstruct.token_tables import special_text_of_prompt, token_bytes_table
 from draftgen.reconstruct.verify import (
     PROMPT_DATE_UNPROVEN,
@@ -50,8 +50,6 @@ TEXT_AGREES = "agrees"
 TEXT_IDS_DIFFER = "ids_differ"
 
 COMPLETE_FINISH_REASONS = ("stop", "tool_calls")
-# A note on a reading of an answer as one that ended inside its reasoning (no ``think_end``).
-REASONING_UNCLOSED = "reasoning_unclosed"
 # Whitespace a provider may strip from the edges of content (Kimi/DeepSeek parsers, ``str.strip``).
 EDGE_WHITESPACE = ("", " ", "\n", "\n\n")
 
