@@ -97,24 +97,38 @@ def qwen3():
 
 
 @pytest.mark.parametrize(
-    "generated, reasoning, unclosed",
+    "generated, reasoning",
     [
         # The end of turn came inside the reasoning: no </think> was generated.
-        ("<think>\nHello there<|im_end|>", "\nHello there", True),
-        # The model closed its reasoning and wrote nothing after it.
-        ("<think>\nHello there</think><|im_end|>", "\nHello there", False),
+        ("<think>\nHello there<|im_end|>", "\nHello there"),
         # The model opened no block at all; the parser called its answer reasoning.
-        ("Hello there<|im_end|>", "Hello there", True),
+        ("Hello there<|im_end|>", "Hello there"),
     ],
 )
-def test_the_count_picks_the_reading_the_model_generated(qwen3, generated, reasoning, unclosed):
+def test_the_count_proves_an_answer_that_ended_inside_its_reasoning(qwen3, generated, reasoning):
     done = completion(reasoning, "", generated=generated, tokenizer=qwen3)
     stored = StoredCompletion("k", "s", 0, MESSAGES, None, done)
     sample = reconstruct_sample(stored, qwen3, QWEN3)
     prompt = encode(qwen3, render_prompt(qwen3, MESSAGES, None))
     assert sample.input_ids == prompt + encode(qwen3, generated)
     assert sample.verified, sample.detail
-    assert (REASONING_UNCLOSED in sample.detail.split("; ")) is unclosed
+    assert REASONING_UNCLOSED in sample.detail.split("; ")
+
+
+def test_a_close_the_text_does_not_show_is_never_verified(qwen3):
+    """The count of the reading with </think> is also that of an answer that ended inside its
+    reasoning with one re-split id: the issue's verified-and-wrong rows."""
+    prompt = encode(qwen3, render_prompt(qwen3, MESSAGES, None))
+    closed = "<think>\nHello there</think><|im_end|>"
+    done = completion("\nHello there", "", generated=closed, tokenizer=qwen3)
+    sample = reconstruct_sample(StoredCompletion("k", "s", 0, MESSAGES, None, done), qwen3, QWEN3)
+    assert (sample.verified, sample.reason) == (False, REASONING_END_UNPROVEN)
+    assert sample.input_ids == prompt + encode(qwen3, closed)
+    # What the model may as well have generated: no </think>, " there" as " the" + "re".
+    resplit = [*encode(qwen3, "<think>\nHello"), *encode(qwen3, " the"), *encode(qwen3, "re")]
+    resplit += encode(qwen3, "<|im_end|>")
+    assert len(resplit) == len(encode(qwen3, closed))
+    assert "re-split" in sample.detail
 
 
 def test_without_a_count_an_all_reasoning_answer_is_never_verified(qwen3):
@@ -137,8 +151,11 @@ def test_a_tie_between_the_close_and_no_close_is_never_verified():
     assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5, 6, 7]], 0, 3) == [
         REASONING_END_UNPROVEN
     ]
-    # Counts that differ settle it, whichever side was picked.
-    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, 3) == []
+    # The close picked by the count: an unclosed answer with a re-split has that count too.
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, 3) == [
+        REASONING_END_UNPROVEN
+    ]
+    # No close picked, and no other reading has the count: proven.
     assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 1, 2) == []
     # No count: unproven; a count no reading has is another reason's failure.
     assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, None) == [
@@ -186,21 +203,30 @@ def test_a_simulated_run_proves_answers_that_end_inside_their_reasoning(
         | ({"tools": TOOLS} if i % 2 else {})
         for i in range(24)
     ]
-    config = {"seed": 11, "tool_call_rate": 0.5, "quirks": {"unclosed_reasoning": 0.5}}
+    quirks = {"unclosed_reasoning": 0.5, "drift": 0.3}
+    config = {"seed": 11, "tool_call_rate": 0.5, "quirks": quirks}
     truth, exported = run_rows(tmp_path, monkeypatch, fixture, rows, config)
     assert len(exported) == 24  # the truth also holds answers cut to nothing, asked again
     think_end = encode(load_tokenizer(f"fixture:{fixture}"), "</think>")
-    unclosed = unclosed_calls = 0
+    unclosed = unclosed_calls = unproven = 0
     for row in exported:
         record = truth[row["generation_id"]]
-        assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"]) == (True, "ok"), row["verify_detail"]
+        exact = row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
+        if row["verified"]:
+            assert exact, record["quirks"]
+        elif "drift" in record["quirks"]:
+            # A re-split: its count differs, or it is the count of the reading with </think>.
+            assert row["verify_reason"] in ("completion_count_mismatch", "reasoning_end_unproven")
+            unproven += row["verify_reason"] == "reasoning_end_unproven"
+        else:
+            raise AssertionError((row["verify_reason"], record["quirks"]))
         if "unclosed_reasoning" in record["quirks"]:
             unclosed += 1
             unclosed_calls += bool(record["tool_calls"])
             assert think_end[0] not in record["completion_ids"]
             assert record["delivered"]["content"] == "" and record["delivered"]["reasoning"]
-    assert unclosed >= 6
+            assert row["verified"] is ("drift" not in record["quirks"])
+    assert unclosed >= 6 and unproven >= 1
     # Qwen3's hermes calls never end reasoning (its parser finds none inside it); Qwen3.5's do.
     assert (unclosed_calls > 0) is (fixture == "qwen3.5")
 

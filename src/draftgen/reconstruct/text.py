@@ -658,17 +658,22 @@ def _reasoning_end_unproven(
     reading: CompletionReading, encoded: list[list[int]], chosen: int, expected: int | None
 ) -> list[str]:
     """``[REASONING_END_UNPROVEN]`` when the answer reads both as one that closed its reasoning
-    and as one that ended inside it, and the count does not tell them apart: none was given,
-    or another reading on the other side has the chosen one's count with other ids. Never
-    pick a ``think_end`` the model may not have generated (nor drop one it did)."""
+    and as one that ended inside it, and the count does not prove the chosen one: none was
+    given; another reading on the other side has the chosen one's count; or the count picks a
+    close the text does not show. The close is one or more ids, so an answer that ended inside
+    its reasoning and whose ids are not the canonical encoding of its text (a re-split adding
+    ids, as often as not one) has the closed reading's count: ``think_end`` is never put in the
+    ids unproven. (A re-split that removes ids is rare: the unclosed reading is taken.)"""
     unclosed = [REASONING_UNCLOSED in reading.notes_of(i) for i in range(len(encoded))]
     if not any(unclosed):
         return []
     rivals = [i for i in range(len(encoded)) if unclosed[i] != unclosed[chosen]]
     if expected is None and rivals:
         return [REASONING_END_UNPROVEN]
-    if len(encoded[chosen]) != expected:
+    if len(encoded[chosen]) != expected or not rivals:
         return []
+    if not unclosed[chosen] and any(len(encoded[i]) < expected for i in rivals):
+        return [REASONING_END_UNPROVEN]
     if any(len(encoded[i]) == expected and encoded[i] != encoded[chosen] for i in rivals):
         return [REASONING_END_UNPROVEN]
     return []

@@ -55,8 +55,9 @@ TOOL_ARGUMENT_LITERAL_UNPROVEN = "tool_argument_literal_unproven"
 TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
 # An answer returned as all reasoning and no content reads both as one that closed its
 # reasoning (``think_end`` generated, nothing after it) and as one that ended inside it (the end
-# of turn before ``think_end``: vLLM returns both so), and the count does not say which: none was
-# given, or both readings have it. ``think_end`` is never put in the ids unproven.
+# of turn before ``think_end``: vLLM returns both so), and the count does not prove which: none
+# was given, both readings have it, or it is the closed reading's (which an unclosed answer with
+# a re-split has too). ``think_end`` is never put in the ids unproven.
 REASONING_END_UNPROVEN = "reasoning_end_unproven"
 # Server ids (vLLM, SGLang) whose length disagrees with the server's own usage counts.
 SERVER_COUNT_MISMATCH = "server_count_mismatch"
@@ -175,7 +176,9 @@ def verify_sample(
                 REASONING_END_UNPROVEN,
                 f"the answer came back as all reasoning and no content, which reads both with "
                 f"and without {profile.think_end} (an answer that ended inside its reasoning), "
-                "and the count does not tell which the model generated",
+                "and the count does not prove which the model generated: an answer that ended "
+                "inside its reasoning with a re-split (ids that are not the canonical encoding "
+                f"of its text) has the count of the reading with {profile.think_end}",
             )
         )
     if decoded_text != completion_text:
