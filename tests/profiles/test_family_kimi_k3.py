@@ -633,8 +633,15 @@ def test_stripped_whitespace_is_caught(tokenizer, renderer):
         tokenizer, renderer, USER, None, {}, truth, (REASONING, answer.strip(), None)
     )
     sample = reconstruct_sample(stored, tokenizer, KIMI_K3)
-    assert (sample.verified, sample.reason) == (False, "whitespace_altered")
-    assert "the count matches with" in sample.detail
+    # One sample shows no strip: a re-split can change the count as restored whitespace does,
+    # and the first repair that fits is not even the one undone ("\n\n" before, "\n" after).
+    # The run names the strip once its provider is seen never keeping edge whitespace.
+    assert (sample.verified, sample.reason) == (False, "completion_count_mismatch")
+    assert sample.detail == (
+        "completion 23 ids, provider 24; re-tokenization (the model's ids are not the canonical "
+        "encoding of its text) or altered text; restoring '' before and ' ' after the content "
+        "would also match the count"
+    )
 
 
 def test_logprob_bytes_give_the_content_ids(tokenizer, renderer):

@@ -108,15 +108,18 @@ def test_a_long_answer_whose_count_matches_nothing_costs_what_a_verified_one_doe
     assert unmatched == (
         0,
         "completion_count_mismatch",
-        f"completion {count} ids, provider {count + 5}",
+        f"completion {count} ids, provider {count + 5}; re-tokenization (the model's ids are not "
+        "the canonical encoding of its text) or altered text",
     )
-    # One more: the first repair (a space after the content) matches.
+    # One more: the first repair (a space after the content) matches; its provider never
+    # returned content with edge whitespace, so the run names it a strip.
     repaired, repaired_peak = export_with_count(out, key, count + 1)
     assert repaired == (
         0,
         "whitespace_altered",
-        f"completion {count} ids, provider {count + 1}; the count matches with '' before and "
-        "' ' after the content",
+        f"completion {count} ids, provider {count + 1}; restoring '' before and ' ' after the "
+        "content would also match the count; this provider never returned content with "
+        "whitespace at its edges, so it strips it",
     )
     mib = 1 << 20
     print(

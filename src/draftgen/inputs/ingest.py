@@ -626,9 +626,12 @@ def _openai_messages(value: object) -> list[dict]:
                 "flatten multi-part content to text"
             )
         clean: dict = {"role": role, "content": content}
+        if role == "assistant":
+            clean.update(_kept_reasoning(message, where))
         if role == "assistant" and tool_calls:
             if not isinstance(tool_calls, list):
                 raise RowError(f"{where}.tool_calls must be a list")
+            tool_calls = _sendable_calls(tool_calls, where)
             _check_arguments_depth(tool_calls, where)
             clean["tool_calls"] = tool_calls
         if role == "tool" and "tool_call_id" in message:
@@ -637,6 +640,58 @@ def _openai_messages(value: object) -> list[dict]:
             clean["name"] = message["name"]
         out.append(clean)
     return out
+
+
+# An assistant message's reasoning fields, kept and sent: templates render them (Qwen3's after
+# the last user turn, GLM-5.3's on every turn, ...), and vLLM accepts both on a request's
+# assistant messages (``reasoning_content`` becomes ``reasoning`` unless that is set).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def _kept_reasoning(message: dict, where: str) -> dict:
+    """The reasoning fields of an assistant message that are text (RowError for another kind)."""
+    kept = {}
+    for name in REASONING_FIELDS:
+        value = message.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise RowError(
+                f"{where}.{name} is a JSON {_json_kind(value)}, not text; give the reasoning as "
+                "a string or leave the field out"
+            )
+        kept[name] = value
+    return kept
+
+
+def _sendable_calls(tool_calls: list, where: str) -> list:
+    """The calls as the engine's request schema takes them: ``arguments`` is text, so arguments
+    given as an object are sent as ``json.dumps(obj, ensure_ascii=False)`` (vLLM answers an
+    object with HTTP 400; it parses the text back into the same object before the template
+    renders). RowError for arguments that are neither text nor an object. The row is not changed.
+    """
+    calls = []
+    for index, call in enumerate(tool_calls):
+        at = f"{where}.tool_calls[{index}]"
+        if not isinstance(call, dict):
+            raise RowError(
+                f"{at} is a JSON {_json_kind(call)}, not an object with 'function': 'name' "
+                "and 'arguments'; fix or remove the row"
+            )
+        nested = isinstance(call.get("function"), dict)
+        function = call["function"] if nested else call
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            function = {**function, "arguments": json.dumps(arguments, ensure_ascii=False)}
+            call = {**call, "function": function} if nested else function
+        elif arguments is not None and not isinstance(arguments, str):
+            field = "function.arguments" if nested else "arguments"
+            raise RowError(
+                f"{at}.{field} is a JSON {_json_kind(arguments)}; give the arguments as JSON "
+                "text or as an object"
+            )
+        calls.append(call)
+    return calls
 
 
 def _sharegpt_messages(value: object) -> list[dict]:

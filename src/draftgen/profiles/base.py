@@ -23,6 +23,9 @@ MINIMAX_TOOL_CALLS = "minimax"
 # DeepSeek V3.2's DSML markup: written from its published encoder's shape, details unconfirmed.
 DSML_TOOL_CALLS = "dsml"
 HARMONY_TOOL_CALLS = "harmony"
+# The note on a reading of an answer as one that ended inside its reasoning: no ``think_end``
+# was generated (vLLM returns such an answer as all reasoning and no content).
+REASONING_UNCLOSED = "reasoning_unclosed"
 # One special token's text inside a delimiter made of several (harmony's <|end|><|start|>...).
 SPECIAL_SHAPED = re.compile(r"<\|[a-z_]+\|>")
 
@@ -114,6 +117,11 @@ class ModelProfile:
     tool_call_tokens: tuple[str, ...] = ()
     # Where a provider splits reasoning from content: the first of these in the generated text.
     reasoning_split_markers: tuple[str, ...] = ()
+    # Whether the engine's reasoning parser ends unclosed reasoning at a tool call the model
+    # wrote inside it (vLLM's qwen3 parser at Qwen3.5's ``<tool_call>`` + ``<function=``): such
+    # a turn comes back as reasoning, no content and tool calls, with no ``think_end`` generated.
+    # A split marker other than ``think_end`` (Kimi's tool-call section) says so too.
+    tool_call_ends_reasoning: bool = False
     # Markup format of generated tool calls; "" if draftgen cannot rebuild this family's calls.
     tool_call_format: str = ""
     # Writes structured calls as the family's markup (see ``ToolCallWriter``); None: no format.
@@ -292,6 +300,14 @@ class ModelProfile:
             return "", ""
         start = self.content_start if self.tool_content_start is None else self.tool_content_start
         return start, self.tool_content_end
+
+    @property
+    def reasoning_ends_at_tool_calls(self) -> bool:
+        """Whether a tool call can end reasoning that ``think_end`` never closed
+        (``tool_call_ends_reasoning``, or a split marker besides ``think_end``)."""
+        return self.tool_call_ends_reasoning or any(
+            marker != self.think_end for marker in self.reasoning_split_markers
+        )
 
     @property
     def tool_arguments_parsed(self) -> bool:

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from draftgen.profiles.base import ModelProfile, Segment, SegmentedReading
+from draftgen.profiles.base import REASONING_UNCLOSED, ModelProfile, Segment, SegmentedReading
 
 OPEN = "<|open|>"
 CLOSE = "<|close|>"
@@ -307,6 +307,14 @@ class XtmlTurns:
             for size in range(shown, stop + 1):
                 readings.append((full[:size], extra, span if size >= span[1] else (-1, -1)))
         unsplit = fields.unsplit
+        if thinking and complete and fields.reasoning and not (answer or left or calls):
+            # All reasoning and no answer: the model may have ended inside its think channel,
+            # with its end of message alone or the message's close (no think close, no
+            # response channel); the count decides, a tie is never verified.
+            for ending in ([control(END_OF_MSG)], list(MESSAGE_END)):
+                readings.append(
+                    ([*plain(fields.reasoning), *ending], (REASONING_UNCLOSED,), (-1, -1))
+                )
         if thinking and not complete and not completion.reasoning and not unsplit and fields.raw:
             # A provider that does not split shows reasoning cut short as content.
             readings.append(([*plain(fields.content), *left], (), (-1, -1)))

@@ -38,9 +38,12 @@ from draftgen.reconstruct.tool_rewrites import (
     spellings_at_count,
 )
 from draftgen.reconstruct.verify import (
+    COMPLETION_COUNT_MISMATCH,
     PROMPT_RENDERER_UNPROVEN,
     PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
     PROVIDER_STRIPS_WHITESPACE,
+    REPAIR_WOULD_MATCH,
+    RESPLIT_OR_ALTERED,
     TOOL_ARGUMENTS_RESERIALISED,
     WHITESPACE_ALTERED,
 )
@@ -142,15 +145,25 @@ class SampleWriter:
 
 
 def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int:
-    """Unverify samples of providers seen stripping whitespace where a strip would not show.
+    """Name the strips of providers seen stripping whitespace, and unverify their samples where
+    a strip would not show.
 
     A provider is suspected when a count mismatch of its is explained by restored edge
     whitespace and it never returned content with edge whitespace. (A mismatch alone is weak
-    evidence: a non-canonical segmentation can look the same.) Stripping is code, so it is a
-    property of the provider, not of one response.
+    evidence: a non-canonical segmentation can look the same, and vLLM never strips.) Stripping
+    is code, so it is a property of the provider, not of one response: its mismatches that a
+    repair explains become ``whitespace_altered``, the others' stay count mismatches.
     """
-    strippers = store.providers_with_reason(WHITESPACE_ALTERED)
+    explained = _repair_explained_mismatches(store)
+    strippers = store.providers_with_reason(WHITESPACE_ALTERED) | set(explained)
     strippers -= store.providers_keeping_edge_whitespace()
+    named = [
+        (key, WHITESPACE_ALTERED, detail.replace(f"{RESPLIT_OR_ALTERED}; ", "") + STRIPPER_EVIDENCE)
+        for provider in sorted(strippers)
+        for key, detail in explained.get(provider, ())
+    ]
+    if named:
+        store.flag_samples(named)
     keys, contents = [], []
     for key, content in store.verified_contents(strippers):
         keys.append(key)
@@ -165,6 +178,28 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     if flags:
         store.flag_samples(flags)
     return len(flags)
+
+
+# Why a provider's repair-explained count mismatches are named strips.
+STRIPPER_EVIDENCE = (
+    "; this provider never returned content with whitespace at its edges, so it strips it"
+)
+
+
+def _repair_explained_mismatches(store: Store) -> dict[str, list[tuple[str, str]]]:
+    """(key, detail) by provider of the samples whose completion count differs and whose detail
+    says restored edge whitespace would match it (``verify.REPAIR_WOULD_MATCH``)."""
+    # A Store method beside ``providers_with_reason`` would hold this query (store/ was not
+    # this change's to touch).
+    rows = store.db.execute(
+        "SELECT coalesce(c.provider, ''), s.key, s.detail FROM samples s JOIN completions c"
+        " ON c.key = s.key WHERE s.reason = ? AND instr(s.detail, ?) > 0",
+        (COMPLETION_COUNT_MISMATCH, REPAIR_WOULD_MATCH),
+    ).fetchall()
+    explained: dict[str, list[tuple[str, str]]] = {}
+    for provider, key, detail in rows:
+        explained.setdefault(provider, []).append((key, detail))
+    return explained
 
 
 @dataclass(frozen=True)

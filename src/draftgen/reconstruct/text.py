@@ -22,12 +22,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
-from draftgen.profiles.base import Segment
+from draftgen.profiles.base import REASONING_UNCLOSED, Segment
 from draftgen.reconstruct.token_tables import special_text_of_prompt, token_bytes_table
 from draftgen.reconstruct.verify import (
     PROMPT_DATE_UNPROVEN,
     PROMPT_MODE_UNPROVEN,
     PROMPT_RENDER_FAILED,
+    REASONING_END_UNPROVEN,
+    REPAIR_WOULD_MATCH,
     TOOL_ARGUMENTS_COUNT_NEUTRAL,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
@@ -99,10 +101,14 @@ def read_completion(
     eot = profile.turn_end(tool_turn, content)
     complete = completion.finish_reason in COMPLETE_FINISH_REASONS
     suffix = eot if complete else ""
-    bodies = _bodies(completion, content, prompt_text, profile, complete, notes)
+    bodies = [
+        (body, ()) for body in _bodies(completion, content, prompt_text, profile, complete, notes)
+    ]
+    unclosed = _unclosed_bodies(completion, content, prompt_text, profile, complete)
+    bodies += [(body, (REASONING_UNCLOSED,)) for body in unclosed]
     markups = _tool_call_markups(completion, content, profile, notes)
-    texts = [body + markup.text + suffix for body in bodies for markup in markups]
-    text_notes = [markup.notes for _ in bodies for markup in markups]
+    texts = [body + markup.text + suffix for body, _ in bodies for markup in markups]
+    text_notes = [(*own, *markup.notes) for _, own in bodies for markup in markups]
     framings = [(b, markup.lead_free) for b in range(len(bodies)) for markup in markups]
     return CompletionReading(texts, notes, complete, text_notes, framings=framings)
 
@@ -146,6 +152,32 @@ def _bodies(
         if profile.bare_think_end:
             bodies.insert(0, profile.think_end + framed)
     return bodies
+
+
+def _unclosed_bodies(
+    completion: Completion, content: str, prompt_text: str, profile: ModelProfile, complete: bool
+) -> list[str]:
+    """The bodies of a finished answer that ended inside its reasoning: no ``think_end`` (nor
+    the ``content_start`` after it) was generated.
+
+    vLLM returns such an answer as all reasoning and an empty content (the end of turn came
+    before ``think_end``, or a tool call its parser takes as the end of reasoning, Qwen3.5's
+    ``<tool_call>``), exactly as it returns one that closed its reasoning and wrote nothing
+    after it: both are read and the count decides (``reconstruct_from_text`` refuses a tie).
+    After a prompt where the model opens the block itself, the model may also have written no
+    block at all (vLLM's qwen3 and deepseek_r1 parsers call all of it reasoning then).
+    """
+    reasoning = completion.reasoning or ""
+    if not (complete and reasoning and not content and profile.think_end):
+        return []
+    if completion.tool_calls and not profile.reasoning_ends_at_tool_calls:
+        return []  # its parser finds no tool call in reasoning: the calls show think_end
+    mode = profile.prompt_mode(prompt_text)
+    if mode == "closed":
+        return []
+    if mode == "open":
+        return [reasoning]
+    return [profile.think_lead + profile.think_start + reasoning, reasoning]
 
 
 def _unsplit_bodies(
@@ -588,6 +620,7 @@ def reconstruct_from_text(
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
     neutral = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
+    neutral += _reasoning_end_unproven(reading, encoded, chosen, expected)
     repair = unchecked = None
     if expected is not None and len(completion_ids) != expected:
         counts = [len(ids) for ids in encoded]
@@ -619,6 +652,31 @@ def reconstruct_from_text(
         truncated=not reading.complete,
         id_source="text",
     )
+
+
+def _reasoning_end_unproven(
+    reading: CompletionReading, encoded: list[list[int]], chosen: int, expected: int | None
+) -> list[str]:
+    """``[REASONING_END_UNPROVEN]`` when the answer reads both as one that closed its reasoning
+    and as one that ended inside it, and the count does not prove the chosen one: none was
+    given; another reading on the other side has the chosen one's count; or the count picks a
+    close the text does not show. The close is one or more ids, so an answer that ended inside
+    its reasoning and whose ids are not the canonical encoding of its text (a re-split adding
+    ids, as often as not one) has the closed reading's count: ``think_end`` is never put in the
+    ids unproven. (A re-split that removes ids is rare: the unclosed reading is taken.)"""
+    unclosed = [REASONING_UNCLOSED in reading.notes_of(i) for i in range(len(encoded))]
+    if not any(unclosed):
+        return []
+    rivals = [i for i in range(len(encoded)) if unclosed[i] != unclosed[chosen]]
+    if expected is None and rivals:
+        return [REASONING_END_UNPROVEN]
+    if len(encoded[chosen]) != expected or not rivals:
+        return []
+    if not unclosed[chosen] and any(len(encoded[i]) < expected for i in rivals):
+        return [REASONING_END_UNPROVEN]
+    if any(len(encoded[i]) == expected and encoded[i] != encoded[chosen] for i in rivals):
+        return [REASONING_END_UNPROVEN]
+    return []
 
 
 def _count_neutral_arguments(
@@ -727,7 +785,7 @@ def _whitespace_repair(
 
 
 def _repair_text(lead: str, trail: str) -> str:
-    return f"the count matches with {lead!r} before and {trail!r} after the content"
+    return f"restoring {lead!r} before and {trail!r} {REPAIR_WOULD_MATCH}"
 
 
 def _unchecked(completion: Completion, why: str) -> str:

@@ -23,7 +23,18 @@ COMPLETION_COUNT_MISMATCH = "completion_count_mismatch"
 DECODE_MISMATCH = "decode_mismatch"
 REASONING_IN_NON_THINKING = "reasoning_in_non_thinking_prompt"
 CONTENT_FILTER = "content_filter"
+# A completion count whitespace restored at the content's edges would match, from a provider
+# known to strip (it never returned content with edge whitespace): set after all samples are
+# read (``reconstruct.background.flag_invisible_strips``); a sample alone only says the repair
+# would match (``COMPLETION_COUNT_MISMATCH``, ``RESPLIT_OR_ALTERED`` and the repair).
 WHITESPACE_ALTERED = "whitespace_altered"
+# What a completion count that differs can mean, whatever whitespace repair would match it.
+# The end of a whitespace repair's words in a sample's detail: how the provider-level check
+# finds the count mismatches a repair would explain.
+REPAIR_WOULD_MATCH = "after the content would also match the count"
+RESPLIT_OR_ALTERED = (
+    "re-tokenization (the model's ids are not the canonical encoding of its text) or altered text"
+)
 # Structured tool calls were rebuilt as markup, but the count shows they are not what was generated
 # (the provider re-serialised the arguments in a way no reading reproduces, or renamed a call).
 TOOL_CALLS_INEXACT = "tool_calls_inexact"
@@ -42,6 +53,12 @@ TOOL_ARGUMENT_LITERAL_UNPROVEN = "tool_argument_literal_unproven"
 # The profile's tool-call markup is not confirmed (DeepSeek V3.2's DSML): a matching count does
 # not prove the rebuilt ids, so such samples never pass on the text path.
 TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
+# An answer returned as all reasoning and no content reads both as one that closed its
+# reasoning (``think_end`` generated, nothing after it) and as one that ended inside it (the end
+# of turn before ``think_end``: vLLM returns both so), and the count does not prove which: none
+# was given, both readings have it, or it is the closed reading's (which an unclosed answer with
+# a re-split has too). ``think_end`` is never put in the ids unproven.
+REASONING_END_UNPROVEN = "reasoning_end_unproven"
 # Server ids (vLLM, SGLang) whose length disagrees with the server's own usage counts.
 SERVER_COUNT_MISMATCH = "server_count_mismatch"
 # Logprob token bytes that do not spell the delivered content (misaligned or another choice's).
@@ -93,6 +110,7 @@ DOUBT_REASONS: tuple[str, ...] = (
     TOOL_CALL_FORMAT_UNCONFIRMED,
     PROMPT_MODE_UNPROVEN,
     PROMPT_DATE_UNPROVEN,
+    REASONING_END_UNPROVEN,
 )
 
 
@@ -152,6 +170,17 @@ def verify_sample(
             )
         )
     failures += _tool_argument_failures(notes, profile, details)
+    if REASONING_END_UNPROVEN in notes:
+        failures.append(
+            (
+                REASONING_END_UNPROVEN,
+                f"the answer came back as all reasoning and no content, which reads both with "
+                f"and without {profile.think_end} (an answer that ended inside its reasoning), "
+                "and the count does not prove which the model generated: an answer that ended "
+                "inside its reasoning with a re-split (ids that are not the canonical encoding "
+                f"of its text) has the count of the reading with {profile.think_end}",
+            )
+        )
     if decoded_text != completion_text:
         failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
     if "reasoning_in_non_thinking_prompt" in notes:
@@ -185,7 +214,12 @@ def _count_failures(
     if len(completion_ids) != completion_tokens:
         counts = f"completion {len(completion_ids)} ids, provider {completion_tokens}"
         if whitespace_repair:
-            failures.append((WHITESPACE_ALTERED, f"{counts}; {whitespace_repair}"))
+            # A repair that fits the count is no evidence of a strip (vLLM never strips; a
+            # re-split often changes the count by one, as a restored space does): the
+            # provider-level check names the strip where the provider is known to strip.
+            failures.append(
+                (COMPLETION_COUNT_MISMATCH, f"{counts}; {RESPLIT_OR_ALTERED}; {whitespace_repair}")
+            )
         elif completion.tool_calls and rebuilt:
             failures.append(
                 (
@@ -195,7 +229,7 @@ def _count_failures(
                 )
             )
         else:
-            failures.append((COMPLETION_COUNT_MISMATCH, counts))
+            failures.append((COMPLETION_COUNT_MISMATCH, f"{counts}; {RESPLIT_OR_ALTERED}"))
     return failures
 
 

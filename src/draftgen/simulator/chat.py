@@ -40,6 +40,8 @@ class ChatRoute:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             return {}, "tools must be an array"
+        if self.config.dialect != "openrouter" and (problem := _arguments_problem(messages)):
+            return {}, problem
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         if max_tokens is not None and (
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
@@ -494,6 +496,21 @@ async def _send_paced(resp: web.StreamResponse, events: list[bytes], interval: f
             sent = i
             await asyncio.sleep(start + (due - 1) * interval - loop.time())
     await resp.write(b"".join(events[sent:]))
+
+
+def _arguments_problem(messages: list) -> str | None:
+    """Why a self-hosted engine refuses the request's tool-call history: vLLM's request schema
+    takes ``arguments`` as a string and answers an object with HTTP 400."""
+    for index, message in enumerate(messages):
+        for number, call in enumerate(message.get("tool_calls") or ()):
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if arguments is not None and not isinstance(arguments, str):
+                return (
+                    f"messages.{index}.tool_calls.{number}.function.arguments: "
+                    "Input should be a valid string"
+                )
+    return None
 
 
 def _sampling_problem(body: dict) -> str | None:

@@ -63,6 +63,10 @@ QUIRKS: tuple[str, ...] = (
     "leak_eot",  # provider leaves the end-of-turn text at the end of content
     "no_split",  # provider does not split: everything in content, reasoning null/absent
     "empty_reasoning",  # model closes the think block at once
+    # The model ends inside its reasoning: its end of turn (or a tool call its engine's parser
+    # takes as the end of reasoning) before think_end, no answer; delivered as vLLM does, all
+    # reasoning and content "" (tool_calls parsed).
+    "unclosed_reasoning",
     "tool_call_text",  # raw tool-call markup inside content, tool_calls null
     "reasoning_content_field",  # reasoning delivered as "reasoning_content"
 )

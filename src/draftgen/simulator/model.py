@@ -188,6 +188,7 @@ class Plan:
     reasoning_share: float
     drift: bool = False
     empty_reasoning: bool = False
+    unclosed_reasoning: bool = False
     tool_call_text: bool = False
     # A structured call the model makes when the request carried ``tools``:
     # {"id", "name", "arguments"} with arguments as the model writes the JSON.
@@ -277,6 +278,14 @@ def _turn_sections(
             lead, trail = profile.reasoning_pad
             reasoning = (lead if layout == OPEN else "") + reasoning + trail
             sections.append(Section("reasoning", encode(tokenizer, reasoning)))
+        if _ends_inside_reasoning(profile, plan):
+            # No think_end and no answer: the end of turn, or the call, comes inside reasoning.
+            quirks.append("unclosed_reasoning")
+            if tool_turn:
+                _, markup = _tool_call_markup(profile, plan, "")
+                sections.append(Section("tool_calls", encode(tokenizer, markup)))
+            sections.append(Section("eot", encode(tokenizer, profile.turn_end(tool_turn))))
+            return sections
         sections.append(Section("think_end", encode(tokenizer, profile.think_end + head)))
     elif head:
         sections.append(Section("content_start", encode(tokenizer, head)))
@@ -288,6 +297,16 @@ def _turn_sections(
     if profile.segmented is not None:
         sections = _segmented_sections(profile, tokenizer, has_reasoning, plan, reasoning, answer)
     return sections
+
+
+def _ends_inside_reasoning(profile: ModelProfile, plan: Plan) -> bool:
+    """Whether the plan's turn ends inside its reasoning (``unclosed_reasoning``): only with
+    reasoning written, and a tool call only where the engine's parser ends reasoning at it."""
+    if not plan.unclosed_reasoning or plan.empty_reasoning or not profile.think_end:
+        return False
+    if profile.segmented is not None:
+        return False
+    return plan.tool_call is None or profile.reasoning_ends_at_tool_calls
 
 
 def _tool_call_markup(profile: ModelProfile, plan: Plan, answer: str) -> tuple[str, str]:

@@ -187,7 +187,16 @@ class Simulator(ChatRoute, ListingRoutes):
         rng = _rng(cfg.seed, req.prompt.sha256, req.attempt, "quirks")
         drawn = {name for name, rate in cfg.quirks.items() if rate > 0 and rng.random() < rate}
         if req.prompt.layout == DISABLED:
-            drawn -= {"no_split", "empty_reasoning", "reasoning_content_field"}
+            drawn -= {
+                "no_split",
+                "empty_reasoning",
+                "reasoning_content_field",
+                "unclosed_reasoning",
+            }
+        if self.profile.segmented is not None:
+            drawn.discard("unclosed_reasoning")  # its segments say nothing of where a turn ends
+        if "unclosed_reasoning" in drawn:
+            drawn.discard("no_split")  # vLLM's parser splits it: all reasoning, no content
         if not self.profile.tool_call_tokens:
             drawn.discard("tool_call_text")
         if {"strip_whitespace", "no_split", "leak_eot"} <= drawn:
@@ -205,6 +214,7 @@ class Simulator(ChatRoute, ListingRoutes):
             reasoning_share=rng.uniform(0.3, 0.7),
             drift="drift" in drawn,
             empty_reasoning="empty_reasoning" in drawn,
+            unclosed_reasoning="unclosed_reasoning" in drawn,
             tool_call_text="tool_call_text" in drawn,
             tool_call=req.tool_call,
             # Real answers sometimes start or end with whitespace ("\n\n" after </think>, a
