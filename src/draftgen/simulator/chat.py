@@ -51,6 +51,8 @@ class ChatRoute:
         problem = _sampling_problem(body)
         if problem:
             return {}, problem
+        if self.config.dialect == "vllm" and (problem := _object_arguments(messages)):
+            return {}, problem
         return body, None
 
     async def handle_chat(self, request: web.Request) -> web.StreamResponse:
@@ -140,6 +142,10 @@ class ChatRoute:
         dialect = self.config.dialect
         if dialect == "vllm":
             req.want_prompt_ids = req.want_completion_ids = body.get("return_token_ids") is True
+            req.want_token_id_logprobs = body.get("return_tokens_as_token_ids") is True
+            options = body.get("stream_options")
+            asked = isinstance(options, dict) and options.get("include_usage") is True
+            req.want_stream_usage = asked  # vLLM streams usage only when asked
         elif dialect == "sglang" and not req.stream:  # SGLang returns ids only unstreamed
             req.want_prompt_ids = body.get("return_prompt_token_ids") is True
             req.want_completion_ids = body.get("return_meta_info") is True
@@ -150,8 +156,13 @@ class ChatRoute:
     def _template_kwargs(self, body: dict, reasoning_opts: dict) -> dict:
         """The template variables the request sets, as the provider renders the prompt."""
         # A provider maps the reasoning settings onto the family's template variables (one
-        # with the ignore_thinking_switch quirk renders the template's default instead).
-        template_kwargs = self.profile.template_variables(reasoning_opts)
+        # with the ignore_thinking_switch quirk renders the template's default instead); a
+        # self-hosted engine ignores OpenRouter's ``reasoning`` and reads chat_template_kwargs.
+        template_kwargs = (
+            self.profile.template_variables(reasoning_opts)
+            if self.config.dialect == "openrouter"
+            else {}
+        )
         if template_kwargs and self._ignores_switch(body["messages"]):
             self.stats["ignore_thinking_switch"] += 1
             template_kwargs = {}
@@ -303,6 +314,8 @@ class ChatRoute:
             self.config.dialect == "openrouter" and req.provider not in wire.LOGPROB_PROVIDERS
         ):
             return None
+        if req.want_token_id_logprobs:
+            return wire.token_id_logprobs(served.output, self.table.token_bytes)
         return wire.logprobs_content(served.output, served.delivery, self.table.token_bytes)
 
     def _add_ids(self, body: dict, req: ChatRequest, served: Served) -> None:
@@ -428,7 +441,9 @@ class ChatRoute:
         if req.want_completion_ids:
             wire.attach_stream_ids([*deltas, finish], req.prompt.ids, served.output.ids)
         entries = self._logprobs(req, served)
-        if entries is not None:
+        if entries is not None and req.want_token_id_logprobs:
+            wire.attach_stream_token_logprobs([*deltas, finish], entries)
+        elif entries is not None:
             wire.attach_stream_logprobs([*deltas, finish], entries)
         chunks = [wire.sse(c) for c in deltas]
         if fault == "huge_body":
@@ -441,7 +456,8 @@ class ChatRoute:
                 events.append(wire.KEEPALIVE)
             events.append(c)
         events.append(wire.sse(finish))
-        events.append(wire.sse(wire.usage_chunk(head, served.usage)))
+        if req.want_stream_usage:
+            events.append(wire.sse(wire.usage_chunk(head, served.usage)))
         events.append(wire.DONE)
         return events
 
@@ -517,6 +533,21 @@ def _sampling_problem(body: dict) -> str | None:
         return problem
     if "provider" in body and (problem := provider_problem(body["provider"])):
         return problem
+    return None
+
+
+def _object_arguments(messages: list) -> str | None:
+    """vLLM's refusal of a tool call whose ``arguments`` are not a JSON string (HTTP 400)."""
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if arguments is not None and not isinstance(arguments, str):
+                return (
+                    f"messages.{index}.tool_calls.function.arguments: Input should be a valid "
+                    "string"
+                )
     return None
 
 
