@@ -275,17 +275,18 @@ def _rows(path, count):
     return path
 
 
-def default_backend_run(tmp_path, monkeypatch, dialect, stream, **overrides):
+def default_backend_run(tmp_path, monkeypatch, dialect, stream, faults=None, **overrides):
     config = SimConfig(
         tokenizer="fixture:qwen3",
         seed=5,
         min_tokens=10,
         max_tokens=50,
         quirks={"drift": 0.2},
-        faults={"server_error": 0.05},
+        faults={"server_error": 0.05} if faults is None else faults,
         dialect=dialect,
     )
     monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     with SimulatorThread(config) as sim:
         options = RunOptions(
             inputs=[str(_rows(tmp_path / "rows.jsonl", 24))],
@@ -306,7 +307,8 @@ def default_backend_run(tmp_path, monkeypatch, dialect, stream, **overrides):
     store = Store(tmp_path / "run", create=False)
     try:
         rows = list(store.export_rows(include_unverified=True))
-        offer = orjson.loads(store.meta(OFFER_META))
+        recorded = store.meta(OFFER_META)
+        offer = orjson.loads(recorded) if recorded else None
     finally:
         store.close()
     return summary, truth, rows, offer
@@ -341,9 +343,12 @@ def test_the_default_backend_takes_vllms_ids_streamed_or_not_thinking_on_or_off(
 
 
 def test_a_resume_reuses_the_recorded_offer_without_asking_again(tmp_path, monkeypatch, caplog):
-    default_backend_run(tmp_path, monkeypatch, "vllm", False)
+    _, first, _, _ = default_backend_run(tmp_path, monkeypatch, "vllm", False, faults={})
+    assert len(first) == 24 + 1  # the rows and the question
     caplog.set_level(logging.INFO, logger="draftgen")
-    summary, truth, rows, offer = default_backend_run(tmp_path, monkeypatch, "vllm", False)
+    summary, truth, rows, offer = default_backend_run(
+        tmp_path, monkeypatch, "vllm", False, faults={}
+    )
     assert truth == {}  # nothing asked: neither the question nor a stored turn
     assert [m for m in caplog.messages if m.startswith("proof:")] == [
         "proof: the endpoint (vllm) offers the server's own token ids (proof ids): as recorded by "
@@ -351,14 +356,27 @@ def test_a_resume_reuses_the_recorded_offer_without_asking_again(tmp_path, monke
     ]
 
 
+def test_the_question_is_paid_and_kept_with_calibrations_and_not_asked_without_calibration(
+    tmp_path, monkeypatch
+):
+    summary, truth, rows, offer = default_backend_run(tmp_path, monkeypatch, "vllm", False)
+    store = Store(tmp_path / "run", create=False)
+    try:
+        kept = store.calibrations()[""]["proof"]
+    finally:
+        store.close()
+    asked = truth[kept["generation_id"]]
+    assert (kept["completion_tokens"], kept["cost"]) == (1, asked["cost"]) and asked["cost"] > 0
+    summary, truth, rows, offer = default_backend_run(
+        tmp_path / "off", monkeypatch, "vllm", False, no_calibrate=True
+    )
+    assert offer is None and len(truth) == 24  # no question, nothing kept
+    assert {r["id_source"] for r in rows} == {"text"}
+
+
 def test_the_default_backend_against_openrouter_stays_text(tmp_path, monkeypatch):
     summary, truth, rows, offer = default_backend_run(tmp_path, monkeypatch, "openrouter", True)
-    assert offer == {
-        "server": "simulator",
-        "proof": "text",
-        "detail": "the listing does not name logprobs for every provider",
-        "servers": ["simulator"],
-    }
+    assert offer is None  # nothing was asked: the listing is read again on a resume
     assert len(rows) == 24 and {r["id_source"] for r in rows} == {"text"}
     for row in rows:
         record = truth[row["generation_id"]]
@@ -423,3 +441,22 @@ def test_the_vllm_dialect_answers_as_vllm_does():
         _, raw = _post(sim.base_url, {"model": "m", "messages": MESSAGES, "return_token_ids": True})
         answered = orjson.loads(raw)
         assert "prompt_token_ids" not in answered and "token_ids" not in answered["choices"][0]
+
+
+def test_openrouter_logprobs_are_asked_where_every_routed_provider_lists_them(
+    tmp_path, monkeypatch, caplog
+):
+    caplog.set_level(logging.INFO, logger="draftgen")
+    summary, truth, rows, offer = default_backend_run(
+        tmp_path, monkeypatch, "openrouter", False, provider={"only": ["SiliconFlow"]}
+    )
+    assert [m for m in caplog.messages if m.startswith("proof:")] == [
+        "proof: the endpoint (simulator) offers logprobs that identify the tokens (proof "
+        "logprobs): the listing names logprobs for SiliconFlow"
+    ]
+    by_proof = {r["id_source"] for r in rows}
+    assert "logprobs" in by_proof
+    for row in rows:
+        record = truth[row["generation_id"]]
+        if row["id_source"] == "logprobs" and row["verified"]:
+            assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]

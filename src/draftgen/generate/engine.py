@@ -27,7 +27,7 @@ from draftgen.generate.budget import (
     find_prices,
     tally,
 )
-from draftgen.generate.calibrate import Calibrator, left_out, renderer_question
+from draftgen.generate.calibrate import Answer, Calibrator, left_out, renderer_question
 from draftgen.generate.client import (
     ChatClient,
     FatalApiError,
@@ -43,6 +43,7 @@ from draftgen.generate.native_turn import NativeTurns, TokenPrompt
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.generate.proof import (
     OFFER_META,
+    PROOF_QUESTION,
     ask_endpoint,
     asks_question,
     describe,
@@ -67,7 +68,14 @@ from draftgen.inputs.plan import (
     sample_of,
 )
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
-from draftgen.records import PROOF_IDS, PROOF_TEXT, Completion, GenerationSettings, Rendering
+from draftgen.records import (
+    PROOF_IDS,
+    PROOF_LOGPROBS,
+    PROOF_TEXT,
+    Completion,
+    GenerationSettings,
+    Rendering,
+)
 from draftgen.store.calibration import RENDERER, TOOL_ARGUMENTS, calibration_statements
 from draftgen.store.database import (
     REJECTED_NAME,
@@ -443,6 +451,24 @@ class LiveGeneration:
             profile=ctx.profile,
             asked=self.store.calibrations(),
         )
+
+    async def send_proof_question(self, body: bytes) -> Completion:
+        """The proof question, counted under ``--max-cost`` and kept with calibration's answers
+        (question ``proof``): it is paid for like them, and a resume counts it."""
+        completion, errors = await self.send_question(body)
+        answer = Answer(
+            provider=completion.provider or "",
+            question=PROOF_QUESTION,
+            verdict="answered",
+            route=None,
+            cost=max(completion.cost, 0.0),
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            generation_id=completion.generation_id,
+            errors=errors,
+        )
+        await self.writer.write(calibration_statements(answer.row()))
+        return completion
 
     async def send_question(self, body: bytes) -> tuple[Completion, list[dict]]:
         """One calibration question, counted under ``--max-cost`` like any answer; its failed
@@ -864,25 +890,30 @@ class LiveGeneration:
         else:
             self.offer = await self._ask_offer()
             _log.info(describe(self.offer), extra={"offer": self.offer.as_dict()})
-            statement = "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)"
-            await self.writer.write(
-                [(statement, (OFFER_META, offer_record(self.offer, self.servers)))]
-            )
+            if self.asked_endpoint:
+                # What a paid question found is kept; a listing is read again for free.
+                statement = "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)"
+                await self.writer.write(
+                    [(statement, (OFFER_META, offer_record(self.offer, self.servers)))]
+                )
         if self.offer.proof == PROOF_IDS:
             self.calibrator = None  # the server's ids are the proof: no count is asked to settle
 
+    @property
+    def asked_endpoint(self) -> bool:
+        """Whether the proof question is asked of the endpoint (a self-hosted one, calibration
+        on)."""
+        return asks_question(self.servers) and not self.options.no_calibrate
+
     async def _ask_offer(self) -> Offer:
+        if self.asked_endpoint:
+            return await ask_endpoint(
+                self.send_proof_question, self.backend.request_body, self.settings, self.servers
+            )
         if asks_question(self.servers):
-
-            async def send(body: bytes) -> Completion:
-                self.sending()
-                completion, _ = await self.client.complete(
-                    body, False, self.refused.of(None, "proof", 0)
-                )
-                self.count_cost(completion, body)
-                return completion
-
-            return await ask_endpoint(send, self.backend.request_body, self.settings, self.servers)
+            # --no-calibrate: no question before the run; what the listing named still counts.
+            proof = PROOF_LOGPROBS if self.options.logprobs else PROOF_TEXT
+            return Offer(server_of(self.servers), proof, "not asked (--no-calibrate)")
         first = endpoint_specs(self.base_url)[0].url
         listed = await listed_logprobs(first, self.settings.model, self.api_key, self._may_route_to)
         server = server_of(self.servers or ("openrouter",))

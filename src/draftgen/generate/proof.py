@@ -7,7 +7,10 @@ A self-hosted endpoint (not OpenRouter) is asked one question of a few prompt to
 might refuse: its providers' logprobs are requested where ``--logprobs`` is given or the model's
 listing names ``logprobs`` among the ``supported_parameters`` of every provider the run may be
 routed to (the others answer ``logprobs: null``, REFERENCE.md §2). The
-offer is kept in the store's meta, so a resume to the same servers does not ask again.
+offer a question found is kept in the store's meta, so a resume to the same servers does not ask
+again (OpenRouter's listing is read again: it is free). Like
+calibration's, the question is not asked under ``--no-calibrate`` (then the offer is text, or the
+logprobs ``--logprobs`` asks for).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from draftgen.records import PROOF_LOGPROBS, PROOF_TEXT, Completion, GenerationS
 _log = logging.getLogger("draftgen.proof")
 
 OFFER_META = "endpoint_offer"  # store meta: the offer (``Offer.as_dict``) and its servers
+# The question's answer is kept with calibration's (``store.calibration``) under this name: it is
+# paid for like them, and ``--max-cost`` counts it on a resume too.
+PROOF_QUESTION = "proof"
 # Servers never asked the question: OpenRouter (an unknown field may be refused by a provider)
 # and the built-in simulator, which answers as OpenRouter does.
 NOT_ASKED = ("openrouter", "simulator")
