@@ -266,6 +266,11 @@ def test_logprob_ids_that_do_not_spell_the_content_are_not_verified():
 # --- runs of the default backend ------------------------------------------------------------
 
 
+def proof_lines(caplog) -> list[str]:
+    """The INFO lines of the proof probe, however an earlier test configured logging."""
+    return [m for m in dict.fromkeys(caplog.messages) if m.startswith("proof:")]
+
+
 def _rows(path, count):
     lines = [
         json.dumps({"id": f"r{i}", "messages": [{"role": "user", "content": f"Q{i} 🙂 café"}]})
@@ -273,6 +278,14 @@ def _rows(path, count):
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _watch(caplog, monkeypatch) -> None:
+    """caplog's handler on draftgen's logger itself, for this test only: a run's logging setup
+    may stop it from propagating to the root, where caplog listens."""
+    logger = logging.getLogger("draftgen")
+    caplog.set_level(logging.INFO, logger="draftgen")
+    monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
 
 
 def default_backend_run(tmp_path, monkeypatch, dialect, stream, faults=None, **overrides):
@@ -321,7 +334,7 @@ def default_backend_run(tmp_path, monkeypatch, dialect, stream, faults=None, **o
 def test_the_default_backend_takes_vllms_ids_streamed_or_not_thinking_on_or_off(
     tmp_path, monkeypatch, caplog, stream, effort
 ):
-    caplog.set_level(logging.INFO, logger="draftgen")
+    _watch(caplog, monkeypatch)
     summary, truth, rows, offer = default_backend_run(
         tmp_path, monkeypatch, "vllm", stream, reasoning_effort=effort
     )
@@ -335,7 +348,7 @@ def test_the_default_backend_takes_vllms_ids_streamed_or_not_thinking_on_or_off(
         # The engine rendered with the switch sent: thinking off leaves no reasoning.
         assert (record["layout"] == "disabled") == (effort == "none"), record["layout"]
     assert sum("drift" in truth[r["generation_id"]]["quirks"] for r in rows) > 2
-    assert [m for m in caplog.messages if m.startswith("proof:")] == [
+    assert proof_lines(caplog) == [
         "proof: the endpoint (vllm) offers the server's own token ids (proof ids): it returned "
         f"the prompt's {offer['detail'].split()[4]} ids and the completion's 1; thinking switch "
         "sent as chat_template_kwargs"
@@ -345,12 +358,12 @@ def test_the_default_backend_takes_vllms_ids_streamed_or_not_thinking_on_or_off(
 def test_a_resume_reuses_the_recorded_offer_without_asking_again(tmp_path, monkeypatch, caplog):
     _, first, _, _ = default_backend_run(tmp_path, monkeypatch, "vllm", False, faults={})
     assert len(first) == 24 + 1  # the rows and the question
-    caplog.set_level(logging.INFO, logger="draftgen")
+    _watch(caplog, monkeypatch)
     summary, truth, rows, offer = default_backend_run(
         tmp_path, monkeypatch, "vllm", False, faults={}
     )
     assert truth == {}  # nothing asked: neither the question nor a stored turn
-    assert [m for m in caplog.messages if m.startswith("proof:")] == [
+    assert proof_lines(caplog) == [
         "proof: the endpoint (vllm) offers the server's own token ids (proof ids): as recorded by "
         "an earlier run; thinking switch sent as chat_template_kwargs"
     ]
@@ -446,11 +459,11 @@ def test_the_vllm_dialect_answers_as_vllm_does():
 def test_openrouter_logprobs_are_asked_where_every_routed_provider_lists_them(
     tmp_path, monkeypatch, caplog
 ):
-    caplog.set_level(logging.INFO, logger="draftgen")
+    _watch(caplog, monkeypatch)
     summary, truth, rows, offer = default_backend_run(
         tmp_path, monkeypatch, "openrouter", False, provider={"only": ["SiliconFlow"]}
     )
-    assert [m for m in caplog.messages if m.startswith("proof:")] == [
+    assert proof_lines(caplog) == [
         "proof: the endpoint (simulator) offers logprobs that identify the tokens (proof "
         "logprobs): the listing names logprobs for SiliconFlow"
     ]
