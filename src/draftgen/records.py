@@ -50,6 +50,9 @@ class Completion:
     completion_token_ids: list[int] | None = None
     # The bytes of each content token, from ``logprobs`` (None if not asked or not returned).
     logprob_bytes: list[bytes] | None = None
+    # The id of every generated token, from ``logprobs`` spelled ``token_id:N`` (vLLM's
+    # ``return_tokens_as_token_ids``: reasoning, markup and end of turn too); None otherwise.
+    logprob_ids: list[int] | None = None
     # Which base URL served it and how long that attempt took (set by the client, not the API).
     endpoint: str | None = None
     endpoint_latency: float | None = None
@@ -141,6 +144,7 @@ class TokenSample:
     reason: str
     detail: str = ""
     truncated: bool = False
+    # The sample's proof (``PROOFS``): the server's own ids, ids from logprobs, or text.
     id_source: str = "text"
     # With server ids: "agrees" if the text path rebuilt the same ids and proved them, else the
     # text path's reason (or "ids_differ"); "" when the text path is the only one.
@@ -149,6 +153,21 @@ class TokenSample:
     @property
     def loss_mask(self) -> list[int]:
         return [0] * self.prompt_len + [1] * (len(self.input_ids) - self.prompt_len)
+
+
+# What a sample's ids are proven by (``TokenSample.id_source``, the export's ``id_source``): the
+# server's own ids, the ids its logprobs name (the prompt's checked by its count), or text
+# re-encoded and checked by the counts. Stores written before these names say "server" for "ids".
+PROOF_IDS = "ids"
+PROOF_LOGPROBS = "logprobs"
+PROOF_TEXT = "text"
+PROOFS: tuple[str, ...] = (PROOF_IDS, PROOF_LOGPROBS, PROOF_TEXT)
+_OLD_PROOF_NAMES = {"server": PROOF_IDS}
+
+
+def proof_name(stored: str) -> str:
+    """The proof a stored ``id_source`` names, in today's words (``server`` is now ``ids``)."""
+    return _OLD_PROOF_NAMES.get(stored, stored)
 
 
 def _int_or_none(value: object) -> int | None:

@@ -32,7 +32,7 @@ def test_every_backend_declares_each_piece(name):
     assert isinstance(backend, Backend) and backend.name == name
     assert callable(backend.request_body) and callable(backend.parse_completion)
     assert callable(backend.stream_accumulator) and callable(backend.settings)
-    assert backend.id_source in ("text", "server")
+    assert backend.id_source in ("text", "ids")
     assert backend.dialect in simulator_config.DIALECTS  # a simulator dialect answers it
     assert backend.probe in PROBE_CHECKS  # the probe knows its checks
     assert set(backend.batch_dialects) <= set(batch_dialects.DIALECTS)  # a class speaks each

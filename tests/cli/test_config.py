@@ -248,6 +248,7 @@ def test_sampling_settings_reach_the_request_body_and_the_store(tmp_path, monkey
         "model": "m",
         "messages": messages,
         "stream": True,
+        "stream_options": {"include_usage": True},  # vLLM streams usage only when asked
         "max_tokens": 64,
         "temperature": 0.6,
         "top_p": 0.9,

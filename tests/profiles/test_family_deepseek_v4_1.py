@@ -519,7 +519,7 @@ def test_golden_shapes(tokenizer, mode, shape_name):
     exact = replace(stored.completion, prompt_token_ids=prompt_ids, completion_token_ids=truth)
     server = reconstruct_sample(replace(stored, completion=exact), tokenizer, DEEPSEEK_V4_1)
     assert server.input_ids == prompt_ids + truth
-    assert (server.verified, server.reason, server.id_source) == (True, "ok", "server")
+    assert (server.verified, server.reason, server.id_source) == (True, "ok", "ids")
     assert server.text_check == "agrees"
 
 
@@ -677,7 +677,7 @@ def test_simulated_vllm_run_exports_ground_truth(tokenizer, tmp_path, monkeypatc
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         assert record["prompt_ids"][-1] == last_id
         if last_id == 128821:
             assert decode(tokenizer, record["prompt_ids"]).startswith(

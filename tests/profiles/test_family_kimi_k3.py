@@ -369,7 +369,7 @@ def check(tokenizer, stored, prompt_ids, truth, reason="ok"):
     )
     exact = replace(stored.completion, prompt_token_ids=prompt_ids, completion_token_ids=truth)
     server = reconstruct_sample(replace(stored, completion=exact), tokenizer, KIMI_K3)
-    assert (server.verified, server.reason, server.id_source) == (True, "ok", "server")
+    assert (server.verified, server.reason, server.id_source) == (True, "ok", "ids")
     assert server.text_check == ("agrees" if reason == "ok" else reason)
     return text
 
@@ -749,7 +749,7 @@ def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch, thinking
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verify_reason"], row["id_source"]) == ("ok", "server")
+        assert (row["verify_reason"], row["id_source"]) == ("ok", "ids")
         # A cut turn is exported only on request, as unverified.
         assert row["verified"] == (record["finish_reason"] != "length")
         assert record["prompt_text"].endswith(

@@ -601,7 +601,7 @@ def test_golden_shapes_rebuild_to_the_exact_ids(tokenizers, name, shape_name):
     exact = replace(stored.completion, prompt_token_ids=prompt_ids, completion_token_ids=truth)
     server = reconstruct_sample(replace(stored, completion=exact), tokenizer, profile)
     assert server.input_ids == prompt_ids + truth
-    assert (server.verified, server.reason, server.id_source) == (True, "ok", "server")
+    assert (server.verified, server.reason, server.id_source) == (True, "ok", "ids")
     assert server.text_check == ("agrees" if reason == "ok" else reason)
 
 
@@ -761,7 +761,7 @@ def test_simulated_vllm_run_exports_the_servers_ids_all_verified(tmp_path, monke
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         tool_turns += record["finish_reason"] == "tool_calls"
     assert tool_turns >= 2
 

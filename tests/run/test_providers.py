@@ -75,6 +75,7 @@ def test_a_recorded_listing_is_parsed(listing):
         16384,
     )
     assert (first.status, first.uptime, first.route) == (0, 99.5, "deepinfra/fp4")
+    assert first.parameters == ("tools", "reasoning")  # supported_parameters, as listed
     assert (second.status, second.max_completion_tokens, second.route) == (-2, None, "moonshotai")
 
 
@@ -91,6 +92,7 @@ def test_missing_fields_are_none():
         "max_completion_tokens": None,
         "status": None,
         "uptime": None,
+        "parameters": (),
         "route": None,
     }
 

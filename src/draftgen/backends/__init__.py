@@ -71,7 +71,9 @@ class Accumulator(Protocol):
 @dataclass(frozen=True)
 class Backend:
     name: str
-    # What the ids of this backend's completions are: "server" (exact, from the server) or "text".
+    # What the ids of this backend's completions are: "ids" (exact, from the server) or "text"
+    # (rebuilt; the default backend takes the server's ids or logprobs where the probe finds
+    # them offered: ``draftgen.generate.proof``).
     id_source: str
     # Whether this backend can stream and still return what it promises (SGLang: ids only
     # without streaming); a run asked to stream falls back to whole responses if not.

@@ -81,6 +81,9 @@ def request_body(
     """The chat completions body: every field of ``settings`` that is set (which ones, the
     backend's ``settings`` hook decided)."""
     body: dict = {"model": settings.model, "messages": messages, "stream": stream}
+    if stream:
+        # vLLM sends usage in a stream only when asked; OpenRouter accepts the field.
+        body["stream_options"] = {"include_usage": True}
     if tools:
         body["tools"] = list(tools)
     if settings.max_tokens is not None:
@@ -184,8 +187,9 @@ def parse_completion(body: bytes) -> Completion:
         native_finish_reason=_str_or_none(choice.get("native_finish_reason")),
         usage=_usage_of(obj, body, len(body)),
         raw_message=message,
-        logprob_bytes=logprob_bytes_of([choice.get("logprobs")]),
     )
+    _add_logprobs(completion, [choice.get("logprobs")])
+    completion.prompt_token_ids, completion.completion_token_ids = offered_ids(obj, choice)
     if completion.finish_reason == "error":
         raise _body_error(
             choice.get("error") or {"message": "finish_reason is error"}, "finish_error"
@@ -213,6 +217,12 @@ class StreamAccumulator:
         # answer is whole although ``[DONE]`` has not come (``complete``).
         self.complete = False
         self.reasoning_field: str | None = None
+        # The ids a server sends when asked (vLLM ``return_token_ids``): the prompt's in the
+        # first chunk, the generated ones a few per chunk.
+        self.prompt_ids: list[int] | None = None
+        self.completion_ids: list[int] = []
+        self.saw_ids = False
+        self.bad_ids = False  # a chunk's ids were no list of ids: none are taken
         self._partial: list[bytes] = []  # the unfinished last line, in pieces
         self._partial_size = 0
         self._held = 0  # characters of the texts and tool calls, bytes of logprob entries
@@ -274,10 +284,12 @@ class StreamAccumulator:
         with_usage = isinstance(event.get("usage"), dict)
         if with_usage:
             self.usage = event["usage"]
+        self._take_prompt_ids(event)
         choices = event.get("choices")
         for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):
                 continue
+            self._take_ids(choice)
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
             for name in REASONING_FIELDS:
                 piece = delta.get(name)
@@ -308,6 +320,26 @@ class StreamAccumulator:
         # OpenAI-compatible servers end with the usage chunk: after it comes only ``[DONE]``, so a
         # server that holds the connection open instead has delivered all it will.
         self.complete = self.complete or (with_usage and self.finish_reason is not None)
+
+    def _take_prompt_ids(self, holder: dict) -> None:
+        if self.prompt_ids is None and holder.get("prompt_token_ids") is not None:
+            self.prompt_ids = _lenient_ids(holder["prompt_token_ids"])
+            self.bad_ids = self.bad_ids or self.prompt_ids is None
+
+    def _take_ids(self, choice: dict) -> None:
+        self._take_prompt_ids(choice)
+        if choice.get("token_ids") is not None:
+            ids = _lenient_ids(choice["token_ids"])
+            self.bad_ids = self.bad_ids or ids is None
+            self.completion_ids.extend(ids or ())
+            self.saw_ids = True
+
+    def stream_ids(self) -> tuple[list[int] | None, list[int] | None]:
+        """(prompt ids, completion ids) the stream carried; (None, None) if it carried none or
+        a chunk's were malformed."""
+        if self.bad_ids or self.prompt_ids is None or not self.saw_ids:
+            return None, None
+        return self.prompt_ids, self.completion_ids
 
     def _add_text(self, which: str, pieces: list[str], piece: str) -> None:
         """Append ``piece``; every ``LOOSE_PIECES`` pieces are joined into one: a small str
@@ -342,8 +374,10 @@ class StreamAccumulator:
             native_finish_reason=self.native_finish_reason,
             usage=self._checked_usage(message),
             raw_message=message,
-            logprob_bytes=logprob_bytes_of(self.logprobs) if self.logprobs else None,
         )
+        if self.logprobs:
+            _add_logprobs(completion, self.logprobs)
+        completion.prompt_token_ids, completion.completion_token_ids = self.stream_ids()
         _reject_empty(completion)
         return completion
 
@@ -484,6 +518,58 @@ def logprob_bytes_of(blocks: list) -> list[bytes] | None:
                 return None
             tokens.append(bytes(raw))
     return tokens if seen else None
+
+
+def _add_logprobs(completion: Completion, blocks: list) -> None:
+    """The ids the logprobs name (``token_id:N``), else the bytes of their content tokens."""
+    completion.logprob_ids = logprob_ids_of(blocks)
+    if completion.logprob_ids is None:
+        completion.logprob_bytes = logprob_bytes_of(blocks)
+
+
+TOKEN_ID_SPELLING = "token_id:"
+
+
+def logprob_ids_of(blocks: list) -> list[int] | None:
+    """The id of each token of ``logprobs`` blocks that spell every token ``token_id:N`` (vLLM's
+    ``return_tokens_as_token_ids``; its logprobs cover every generated token); None unless
+    each one does."""
+    ids: list[int] = []
+    for block in blocks:
+        if not isinstance(block, dict) or not isinstance(block.get("content"), list):
+            continue
+        for entry in block["content"]:
+            token = entry.get("token") if isinstance(entry, dict) else None
+            if not isinstance(token, str) or not token.startswith(TOKEN_ID_SPELLING):
+                return None
+            number = token[len(TOKEN_ID_SPELLING) :]
+            if not number.isascii() or not number.isdigit():
+                return None
+            ids.append(int(number))
+    return ids or None
+
+
+def offered_ids(obj: dict, choice: dict) -> tuple[list[int] | None, list[int] | None]:
+    """(prompt ids, completion ids) a server put in an answer it was asked for them in: vLLM's
+    top-level ``prompt_token_ids`` and ``choices[0].token_ids``, SGLang's on the choice and in
+    ``meta_info.output_ids``; (None, None) unless both are there and are lists of ids (a
+    text-only answer is read from its text, not refused)."""
+    meta = choice.get("meta_info") if isinstance(choice.get("meta_info"), dict) else {}
+    prompt = obj.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    generated = next(
+        (v for v in (choice.get("token_ids"), meta.get("output_ids")) if v is not None), None
+    )
+    prompt_ids, completion_ids = _lenient_ids(prompt), _lenient_ids(generated)
+    if prompt_ids is None or completion_ids is None:
+        return None, None
+    return prompt_ids, completion_ids
+
+
+def _lenient_ids(value: object) -> list[int] | None:
+    try:
+        return token_ids_of(value)
+    except ApiError:
+        return None
 
 
 def token_ids_of(value: object) -> list[int] | None:

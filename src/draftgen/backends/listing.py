@@ -104,6 +104,9 @@ class ProviderEndpoint:
     max_completion_tokens: int | None
     status: int | str | None
     uptime: float | None  # percent of the last 30 minutes
+    # The request fields this provider honours (``supported_parameters``: "logprobs", ...);
+    # () where the listing gives none.
+    parameters: tuple[str, ...] = ()
 
     @property
     def route(self) -> str | None:
@@ -178,7 +181,14 @@ def parse_endpoint(entry: dict) -> ProviderEndpoint:
         max_completion_tokens=_count(entry.get("max_completion_tokens")),
         status=_status(entry.get("status")),
         uptime=_number(entry.get("uptime_last_30m"), 0, 100),
+        parameters=_names(entry.get("supported_parameters")),
     )
+
+
+def _names(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:TEXT_LIMIT] for v in value if isinstance(v, str) and v)
 
 
 def _status(value: object) -> int | str | None:

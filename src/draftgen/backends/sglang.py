@@ -63,7 +63,7 @@ class _NoStreaming(base.StreamAccumulator):
 
 BACKEND = Backend(
     name="sglang",
-    id_source="server",
+    id_source="ids",
     can_stream=False,
     request_body=request_body,
     parse_completion=parse_completion,

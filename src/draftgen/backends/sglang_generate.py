@@ -184,7 +184,7 @@ def _error(error: object, kind: str) -> base.ApiError:
 
 BACKEND = Backend(
     name="sglang-generate",
-    id_source="server",
+    id_source="ids",
     can_stream=True,
     request_body=request_body,
     parse_completion=parse_completion,

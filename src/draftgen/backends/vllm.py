@@ -13,7 +13,7 @@ import orjson
 
 from draftgen.backends import Backend, base
 from draftgen.backends.base import token_ids_of, with_ids
-from draftgen.records import Completion, GenerationSettings
+from draftgen.records import PROOF_IDS, Completion, GenerationSettings
 
 MISSING_IDS_HINT = (
     "start vLLM with a release that supports return_token_ids on /v1/chat/completions, "
@@ -29,9 +29,7 @@ def request_body(
     logprobs: bool = False,
 ) -> dict:
     body = base.request_body(settings, messages, tools, stream, logprobs)
-    body["return_token_ids"] = True
-    if stream:
-        body["stream_options"] = {"include_usage": True}  # vLLM sends usage only when asked
+    body["return_token_ids"] = True  # the base asks for a stream's usage, which vLLM needs
     return body
 
 
@@ -45,37 +43,22 @@ def parse_completion(body: bytes) -> Completion:
 
 
 class StreamAccumulator(base.StreamAccumulator):
-    """The base accumulator, plus the ids each chunk carries."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.prompt_ids: list[int] | None = None
-        self.completion_ids: list[int] = []
-        self.saw_ids = False
-
-    def feed(self, event: dict) -> None:
-        if self.prompt_ids is None and event.get("prompt_token_ids") is not None:
-            self.prompt_ids = token_ids_of(event["prompt_token_ids"])
-        choices = event.get("choices")
-        for choice in choices if isinstance(choices, list) else ():
-            if not isinstance(choice, dict):
-                continue
-            if self.prompt_ids is None and choice.get("prompt_token_ids") is not None:
-                self.prompt_ids = token_ids_of(choice["prompt_token_ids"])
-            if choice.get("token_ids") is not None:
-                self.completion_ids.extend(token_ids_of(choice["token_ids"]) or [])
-                self.saw_ids = True
-        super().feed(event)
+    """The base accumulator (which gathers the ids each chunk carries), refusing a stream
+    without them."""
 
     def finish(self) -> Completion:
         completion = super().finish()
+        if self.bad_ids:
+            raise base.ApiError(
+                "malformed_response", "token ids are not a list of non-negative ints"
+            )
         ids = self.completion_ids if self.saw_ids else None
         return with_ids(completion, self.prompt_ids, ids, "vLLM", MISSING_IDS_HINT)
 
 
 BACKEND = Backend(
     name="vllm",
-    id_source="server",
+    id_source=PROOF_IDS,
     can_stream=True,
     request_body=request_body,
     parse_completion=parse_completion,

@@ -35,6 +35,9 @@ class Destination:
 
     base_url: str | list[EndpointSpec]
     api_key: str | None
+    # What the probe found answering at each endpoint (``ProbeResult.server``: openrouter,
+    # openai-compatible, vllm, sglang, simulator); () where no probe ran.
+    servers: tuple[str, ...] = ()
 
     @property
     def simulated(self) -> bool:

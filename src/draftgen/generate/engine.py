@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
+from draftgen.backends.proof import Offer, offer_fields
 from draftgen.collector import collecting_less
 from draftgen.generate.budget import (
     BudgetReached,
@@ -28,6 +29,7 @@ from draftgen.generate.budget import (
 )
 from draftgen.generate.calibrate import (
     QUESTION_ATTEMPTS,
+    Answer,
     Calibrator,
     left_out,
     renderer_question,
@@ -45,6 +47,18 @@ from draftgen.generate.errors import RunError
 from draftgen.generate.judge import judge
 from draftgen.generate.native_turn import NativeTurns, TokenPrompt
 from draftgen.generate.progress import ProgressDisplay, RunProgress
+from draftgen.generate.proof import (
+    OFFER_META,
+    PROOF_QUESTION,
+    ask_endpoint,
+    asks_question,
+    describe,
+    listed_logprobs,
+    offer_record,
+    openrouter_offer,
+    recorded_offer,
+    server_of,
+)
 from draftgen.generate.refusals import RefusedAnswers
 from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
 from draftgen.generate.serial import SerialExecutor
@@ -60,7 +74,14 @@ from draftgen.inputs.plan import (
     sample_of,
 )
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
-from draftgen.records import Completion, GenerationSettings, Rendering
+from draftgen.records import (
+    PROOF_IDS,
+    PROOF_LOGPROBS,
+    PROOF_TEXT,
+    Completion,
+    GenerationSettings,
+    Rendering,
+)
 from draftgen.store.calibration import RENDERER, TOOL_ARGUMENTS, calibration_statements
 from draftgen.store.database import (
     REJECTED_NAME,
@@ -126,6 +147,10 @@ class LiveGeneration:
         self.backend = ctx.backend
         self.stream = options.stream and self.backend.can_stream
         self.base_url, self.api_key = destination.base_url, destination.api_key
+        self.servers = destination.servers
+        # What proof the endpoint offers beyond text (``generate.proof``): found by the first
+        # step of the work (``find_offer``); None for a backend whose ids are the server's.
+        self.offer: Offer | None = None
         # What earlier runs spent is counted by ``start_budget``, once the prices are known.
         self.budget = SpendGuard(options.max_cost) if options.max_cost is not None else None
         self.costs: CostCounter | None = None
@@ -217,6 +242,7 @@ class LiveGeneration:
             # Thousands of requests in flight keep ~100,000 objects alive at once.
             with collecting_less():
                 async with self.client:
+                    await self.find_offer()
                     if calibrate:
                         await self.calibrate()
                     with self.display:
@@ -423,7 +449,7 @@ class LiveGeneration:
         )
         return Calibrator(
             send=self.send_question,
-            request_body=backend.request_body,
+            request_body=self.request_body,
             settings=self.settings,
             pin=backend.pin_provider,
             question=question,
@@ -431,6 +457,24 @@ class LiveGeneration:
             profile=ctx.profile,
             asked=self.store.calibrations(),
         )
+
+    async def send_proof_question(self, body: bytes) -> Completion:
+        """The proof question, counted under ``--max-cost`` and kept with calibration's answers
+        (question ``proof``): it is paid for like them, and a resume counts it."""
+        completion, errors = await self.send_question(body)
+        answer = Answer(
+            provider=completion.provider or "",
+            question=PROOF_QUESTION,
+            verdict="answered",
+            route=None,
+            cost=max(completion.cost, 0.0),
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            generation_id=completion.generation_id,
+            errors=errors,
+        )
+        await self.writer.write(calibration_statements(answer.row()))
+        return completion
 
     async def send_question(self, body: bytes) -> tuple[Completion, list[dict]]:
         """One calibration question, counted under ``--max-cost`` like any answer; its failed
@@ -742,7 +786,7 @@ class LiveGeneration:
             self.start_tool_calibration()
         rendering, prompt = await self.render(plan, messages)
         body = orjson.dumps(
-            self.backend.request_body(
+            self.request_body(
                 self.sample_settings(plan.sample),
                 messages,
                 plan.tools,
@@ -802,7 +846,7 @@ class LiveGeneration:
         request = spoiled["request"]
         asked = orjson.loads(request)
         body = orjson.dumps(
-            self.backend.request_body(
+            self.request_body(
                 self.sample_settings(sample_of(spoiled["source_id"])),
                 asked["messages"],
                 asked.get("tools"),
@@ -833,6 +877,53 @@ class LiveGeneration:
         self.progress.record_completion(
             completion.prompt_tokens, completion.completion_tokens, completion.cost
         )
+
+    def request_body(self, *args, **kwargs) -> dict:
+        """The backend's request body with the fields the endpoint's offer calls for
+        (``backends.proof.offer_fields``): ids or logprobs asked for, the thinking switch as an
+        engine reads it. The template variables sent are those the prompt is rendered with."""
+        return offer_fields(self.backend.request_body(*args, **kwargs), self.offer, self.variables)
+
+    async def find_offer(self) -> None:
+        """What proof the endpoint offers (``generate.proof``), from the store if an earlier run
+        found out for the same servers, else asked; kept and said in one INFO line."""
+        if self.backend.id_source != PROOF_TEXT or self.offer is not None:
+            return
+        stored = recorded_offer(self.store.meta(OFFER_META), self.servers)
+        if stored is not None:
+            self.offer = stored
+            _log.info(describe(stored, recorded=True), extra={"offer": stored.as_dict()})
+        else:
+            self.offer = await self._ask_offer()
+            _log.info(describe(self.offer), extra={"offer": self.offer.as_dict()})
+            if self.asked_endpoint:
+                # What a paid question found is kept; a listing is read again for free.
+                statement = "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)"
+                await self.writer.write(
+                    [(statement, (OFFER_META, offer_record(self.offer, self.servers)))]
+                )
+        if self.offer.proof == PROOF_IDS:
+            self.calibrator = None  # the server's ids are the proof: no count is asked to settle
+
+    @property
+    def asked_endpoint(self) -> bool:
+        """Whether the proof question is asked of the endpoint (a self-hosted one, calibration
+        on)."""
+        return asks_question(self.servers) and not self.options.no_calibrate
+
+    async def _ask_offer(self) -> Offer:
+        if self.asked_endpoint:
+            return await ask_endpoint(
+                self.send_proof_question, self.backend.request_body, self.settings, self.servers
+            )
+        if asks_question(self.servers):
+            # --no-calibrate: no question before the run; what the listing named still counts.
+            proof = PROOF_LOGPROBS if self.options.logprobs else PROOF_TEXT
+            return Offer(server_of(self.servers), proof, "not asked (--no-calibrate)")
+        first = endpoint_specs(self.base_url)[0].url
+        listed = await listed_logprobs(first, self.settings.model, self.api_key, self._may_route_to)
+        server = server_of(self.servers or ("openrouter",))
+        return openrouter_offer(server, self.options.logprobs, listed)
 
     def sending(self) -> None:
         """Set ``started`` as the first request is sent; the others need not take its lock."""

@@ -7,8 +7,9 @@ as the profile says (harmony's channel headers, a tool-call turn's own end). Whe
 text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking),
 every reading is encoded and the provider's ``completion_tokens`` picks the one it generated.
 Structured ``tool_calls`` are rebuilt as the profile's markup after the content. Ids a server
-returned (vLLM, SGLang) are the sample and logprob token bytes give the content's ids; the text
-path still runs beside them and its agreement is ``TokenSample.text_check``.
+returned (vLLM, SGLang) are the sample (proof ``ids``); logprobs that name each token's id give
+the whole completion's, logprob token bytes the content's (proof ``logprobs``); the text path
+still runs beside them and its agreement is ``TokenSample.text_check``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from draftgen.reconstruct.verify import (
     verify_server_ids,
     with_doubts,
 )
-from draftgen.records import Completion, StoredCompletion, TokenSample
+from draftgen.records import (
+    PROOF_IDS,
+    PROOF_LOGPROBS,
+    PROOF_TEXT,
+    Completion,
+    StoredCompletion,
+    TokenSample,
+)
 from draftgen.tokens import long_text
 from draftgen.tokens import tokenizer as tok
 from draftgen.tokens.fast_encoder import special_pattern, splits_at_specials
@@ -294,6 +302,8 @@ def reconstruct_sample(
     text_sample = reconstruct_from_text(stored, tokenizer, profile)
     completion = stored.completion
     if completion.prompt_token_ids is None or completion.completion_token_ids is None:
+        if completion.logprob_ids is not None:
+            return reconstruct_from_logprob_ids(stored, tokenizer, profile, text_sample)
         if completion.logprob_bytes is not None:
             return reconstruct_from_logprobs(stored, tokenizer, profile, text_sample)
         return text_sample
@@ -321,7 +331,7 @@ def reconstruct_sample(
         reason=verdict.reason,
         detail=verdict.detail,
         truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
-        id_source="server",
+        id_source=PROOF_IDS,
         text_check=text_check,
     )
 
@@ -389,10 +399,69 @@ def reconstruct_from_logprobs(
                 reason=verdict.reason,
                 detail=verdict.detail,
                 truncated=not reading.complete,
-                id_source="logprobs",
+                id_source=PROOF_LOGPROBS,
                 text_check=text_check_of(text_sample, prompt_ids + ids),
             )
     return unusable("no reading with the logprob tokens matches the completion count")
+
+
+def reconstruct_from_logprob_ids(
+    stored: StoredCompletion, tokenizer: Any, profile: ModelProfile, text_sample: TokenSample
+) -> TokenSample:
+    """Every generated id from logprobs that name them (vLLM's ``token_id:N``, which cover the
+    reasoning, the markup and the end of turn too), the prompt's from the recorded rendering,
+    proven by the counts; else the text sample, saying why not.
+
+    Logprobs that leave out the stop token (one short of the count, the answer complete) are
+    completed with the template's end of turn, and the detail says so.
+    """
+    completion = stored.completion
+    if text_sample.reason == PROMPT_RENDER_FAILED:
+        return text_sample
+    prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
+    ids = list(completion.logprob_ids or ())
+    expected = completion.completion_tokens
+    complete = completion.finish_reason in COMPLETE_FINISH_REASONS
+    notes: list[str] = []
+    if expected is not None and complete and len(ids) < expected:
+        content = profile.strip_end_of_turn(completion.content or "")
+        end = tok.encode(tokenizer, profile.turn_end(bool(completion.tool_calls), content))
+        if end and len(ids) + len(end) == expected and ids[-len(end) :] != end:
+            ids += end
+            notes.append("end_of_turn_not_in_logprobs: the count says it ends the completion")
+    if expected is not None and len(ids) != expected:
+        detail = "; ".join(
+            d
+            for d in (
+                text_sample.detail,
+                f"logprobs_unusable: {len(ids)} ids from logprobs, provider {expected}",
+            )
+            if d
+        )
+        return replace(text_sample, detail=detail)
+    verdict = verify_logprob_ids(
+        stored=stored,
+        profile=profile,
+        prompt_ids=prompt_ids,
+        logprob_text=tok.decode(tokenizer, ids),
+        notes=notes,
+        special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
+        completion_ids=ids,
+    )
+    if verdict.verified:
+        doubts = prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
+        verdict = with_doubts(verdict, doubts)
+    return TokenSample(
+        key=stored.key,
+        input_ids=prompt_ids + ids,
+        prompt_len=len(prompt_ids),
+        verified=verdict.verified,
+        reason=verdict.reason,
+        detail=verdict.detail,
+        truncated=not complete,
+        id_source=PROOF_LOGPROBS,
+        text_check=text_check_of(text_sample, prompt_ids + ids),
+    )
 
 
 def _logprob_frames(reading: CompletionReading, tokenizer: Any, tail: str, suffix: str) -> Any:
@@ -612,7 +681,7 @@ def reconstruct_from_text(
             reason=PROMPT_RENDER_FAILED,
             detail=f"the chat template could not render this prompt: {exc}",
             truncated=completion.finish_reason not in COMPLETE_FINISH_REASONS,
-            id_source="text",
+            id_source=PROOF_TEXT,
         )
     reading = batch_reading(completion, prompt_text, profile, tokenizer)
     encoded = [reading.ids(tokenizer, i) for i in range(len(reading.texts))]
@@ -650,7 +719,7 @@ def reconstruct_from_text(
         reason=verdict.reason,
         detail=verdict.detail,
         truncated=not reading.complete,
-        id_source="text",
+        id_source=PROOF_TEXT,
     )
 
 

@@ -3,8 +3,8 @@
 A sample passes only if decoding its ids gives back the text, the prompt ids count equals
 ``usage.prompt_tokens`` and the completion ids count equals ``usage.completion_tokens``. Text alone
 cannot reveal a non-canonical segmentation or whitespace a provider removed; the counts can.
-Server ids are checked against the server's own counts (``verify_server_ids``), logprob content
-ids against the prompt count and the content they must spell (``verify_logprob_ids``).
+Server ids are checked against the server's own counts (``verify_server_ids``), ids from logprobs
+against the counts and the text they must spell (``verify_logprob_ids``).
 """
 
 from __future__ import annotations
@@ -328,13 +328,17 @@ def verify_logprob_ids(
     logprob_text: str,
     notes: list[str],
     special_text: str | None = None,
+    completion_ids: list[int] | None = None,
 ) -> Verdict:
-    """Content ids from logprob token bytes: the model's own tokens, whatever the text shows.
+    """Ids from logprobs: the model's own tokens, whatever the text shows.
 
-    The rest of the turn (reasoning, delimiters) is encoded from text, so the completion count
-    must match (the caller only builds readings that do); the prompt count is checked here, and
-    the logprob tokens must spell the delivered content (edge whitespace a provider stripped is
-    restored by them, and reported).
+    From token bytes (``completion_ids`` None) they are the content's: the rest of the turn
+    (reasoning, delimiters) is encoded from text, so the completion count must match (the caller
+    only builds readings that do), and the logprob tokens must spell the delivered content (edge
+    whitespace a provider stripped is restored by them, and reported). Named by id
+    (``completion_ids``: vLLM's ``token_id:N``) they are every generated token: their count must
+    be the provider's, and their text (``logprob_text``) must hold the reasoning and the content
+    as delivered, in that order. The prompt count is checked either way.
     """
     completion = stored.completion
     details = list(notes) + _prompt_notes(stored, profile, special_text)
@@ -349,9 +353,11 @@ def verify_logprob_ids(
             )
         )
     content = profile.strip_end_of_turn(completion.content or "")
+    if completion_ids is not None:
+        failures += _whole_completion_failures(completion, completion_ids, logprob_text, content)
     # Logprobs cover every generated token of the content: markup a provider left in it too
     # (Kimi K3's closing segments before its end of turn), so the content as delivered matches.
-    if logprob_text not in (content, completion.content or ""):
+    elif logprob_text not in (content, completion.content or ""):
         if logprob_text.strip() == content.strip():
             details.append("logprobs_restore_stripped_whitespace")
         else:
@@ -359,6 +365,32 @@ def verify_logprob_ids(
     if completion.finish_reason == "content_filter":
         failures.append((CONTENT_FILTER, "the provider filtered the completion"))
     return _verdict(failures, details)
+
+
+def _whole_completion_failures(
+    completion: Completion, completion_ids: list[int], logprob_text: str, content: str
+) -> list[tuple[str, str]]:
+    """The failures of ids the logprobs named for the whole completion: a count other than the
+    provider's, or a text that does not hold the reasoning and then the content it delivered."""
+    failures: list[tuple[str, str]] = []
+    count = completion.completion_tokens
+    if count is not None and len(completion_ids) != count:
+        failures.append(
+            (
+                COMPLETION_COUNT_MISMATCH,
+                f"completion {len(completion_ids)} ids from logprobs, provider {count}",
+            )
+        )
+    at = 0
+    for name, text in (("reasoning", completion.reasoning or ""), ("content", content)):
+        found = logprob_text.find(text, at)
+        if found < 0:
+            failures.append(
+                (LOGPROB_TEXT_MISMATCH, f"the logprob tokens do not spell the {name} returned")
+            )
+            break
+        at = found + len(text)
+    return failures
 
 
 def with_doubts(verdict: Verdict, doubts: list[tuple[str, str]]) -> Verdict:

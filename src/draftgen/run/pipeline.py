@@ -11,6 +11,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -113,10 +114,11 @@ SOURCES = "sources"  # store meta: JSON list of the endpoints (or simulator) tha
 
 async def before_first_request(
     ctx: RunContext, store: Store, destination: Destination, simulator=None
-) -> PlanCount:
+) -> tuple[PlanCount, list[ProbeResult]]:
     """Probe every endpoint, then count the plan: an endpoint that cannot be reached or refuses
     the key, a model it lacks, or an input with nothing to answer stops the run here, in
-    seconds and before any request (``simulator``, if given, is closed then)."""
+    seconds and before any request (``simulator``, if given, is closed then). The plan, and
+    what answers at each endpoint."""
     options = ctx.options
     try:
         probed = await probe_endpoints(
@@ -148,7 +150,7 @@ async def before_first_request(
         describe_plan(planned, options.out / REJECTED_NAME, stored),
         extra=_plan_fields(planned, stored),
     )
-    return planned
+    return planned, probed
 
 
 def plan_run(ctx: RunContext) -> PlanCount:
@@ -263,7 +265,9 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
             # Any bearer token passes; not a word that log redaction would then mask everywhere.
             base_url, api_key = simulator.base_url, "draftgen-embedded-simulator-key"
         destination = Destination(base_url, api_key)
-        await before_first_request(ctx, store, destination, simulator)
+        _, probed = await before_first_request(ctx, store, destination, simulator)
+        # The servers answering, for the engine's proof probe (``generate.proof``).
+        destination = replace(destination, servers=tuple(r.server for r in probed))
         _record_tokenizer_and_profile(ctx, store, profile)
         refused = False
         try:

@@ -8,7 +8,8 @@ What is asked is what the backends of the server family (``Backend.dialect``) de
 ``probe`` (``draftgen.backends``), one of ``PROBE_CHECKS``:
 
 - ``openrouter``: ``GET /key`` (401/403: the key is refused; 404: not OpenRouter itself, so
-  ``GET /models`` stands in), then ``GET /models/{author}/{slug}/endpoints`` (404: no such model).
+  ``GET /models`` stands in, and names vLLM or SGLang where its entries are ``owned_by`` one),
+  then ``GET /models/{author}/{slug}/endpoints`` (404: no such model).
 - ``listed-models`` (vLLM): ``GET /models``; vLLM answers only the names it serves (``owned_by:
   "vllm"``), so a model missing from that listing would fail every request.
 - ``reachable`` (SGLang): ``GET /models`` for reachability and the key; SGLang serves its one
@@ -179,7 +180,10 @@ class _Checker:
             status, body = await self._get(session, base + "/models")
             if status in AUTH_REFUSED:
                 raise self._refused(label, status, body)
-            return ProbeResult(label, "openai-compatible", _answered(status))
+            # vLLM and SGLang name themselves in the listing: the proof probe then knows the
+            # engine (``generate.proof``), and sends the thinking switch as it reads it.
+            server = _engine_of(body) if status == 200 else None
+            return ProbeResult(label, server or "openai-compatible", _answered(status))
         if status != 200:
             _log.warning(
                 "%s answered GET /key with HTTP %d; going on, the requests will tell", label, status
@@ -252,6 +256,24 @@ def _vllm_models(body: bytes) -> list[str] | None:
     if not all(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in data):
         return None  # another server's listing: whether it enforces the names is unknown
     return [str(m.get("id")) for m in data]
+
+
+# What a self-hosted engine's ``/v1/models`` entries say in ``owned_by`` (SGLang's *unconfirmed*
+# beyond its ``ModelCard`` default).
+ENGINE_OWNERS = ("vllm", "sglang")
+
+
+def _engine_of(body: bytes) -> str | None:
+    """The engine a ``/models`` listing is from (every entry ``owned_by`` it), else None."""
+    try:
+        data = orjson.loads(body).get("data")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(data, list) or not data or not all(isinstance(m, dict) for m in data):
+        return None
+    owners = {m.get("owned_by") for m in data}
+    owner = owners.pop() if len(owners) == 1 else None
+    return owner if owner in ENGINE_OWNERS else None
 
 
 def _key_label(body: bytes) -> str:

@@ -142,6 +142,10 @@ class ChatRoute:
         dialect = self.config.dialect
         if dialect == "vllm":
             req.want_prompt_ids = req.want_completion_ids = body.get("return_token_ids") is True
+            req.want_token_id_logprobs = body.get("return_tokens_as_token_ids") is True
+            options = body.get("stream_options")
+            asked = isinstance(options, dict) and options.get("include_usage") is True
+            req.want_stream_usage = asked  # vLLM streams usage only when asked
         elif dialect == "sglang" and not req.stream:  # SGLang returns ids only unstreamed
             req.want_prompt_ids = body.get("return_prompt_token_ids") is True
             req.want_completion_ids = body.get("return_meta_info") is True
@@ -152,8 +156,13 @@ class ChatRoute:
     def _template_kwargs(self, body: dict, reasoning_opts: dict) -> dict:
         """The template variables the request sets, as the provider renders the prompt."""
         # A provider maps the reasoning settings onto the family's template variables (one
-        # with the ignore_thinking_switch quirk renders the template's default instead).
-        template_kwargs = self.profile.template_variables(reasoning_opts)
+        # with the ignore_thinking_switch quirk renders the template's default instead); a
+        # self-hosted engine ignores OpenRouter's ``reasoning`` and reads chat_template_kwargs.
+        template_kwargs = (
+            self.profile.template_variables(reasoning_opts)
+            if self.config.dialect == "openrouter"
+            else {}
+        )
         if template_kwargs and self._ignores_switch(body["messages"]):
             self.stats["ignore_thinking_switch"] += 1
             template_kwargs = {}
@@ -305,6 +314,8 @@ class ChatRoute:
             self.config.dialect == "openrouter" and req.provider not in wire.LOGPROB_PROVIDERS
         ):
             return None
+        if req.want_token_id_logprobs:
+            return wire.token_id_logprobs(served.output, self.table.token_bytes)
         return wire.logprobs_content(served.output, served.delivery, self.table.token_bytes)
 
     def _add_ids(self, body: dict, req: ChatRequest, served: Served) -> None:
@@ -430,7 +441,9 @@ class ChatRoute:
         if req.want_completion_ids:
             wire.attach_stream_ids([*deltas, finish], req.prompt.ids, served.output.ids)
         entries = self._logprobs(req, served)
-        if entries is not None:
+        if entries is not None and req.want_token_id_logprobs:
+            wire.attach_stream_token_logprobs([*deltas, finish], entries)
+        elif entries is not None:
             wire.attach_stream_logprobs([*deltas, finish], entries)
         chunks = [wire.sse(c) for c in deltas]
         if fault == "huge_body":
@@ -443,7 +456,8 @@ class ChatRoute:
                 events.append(wire.KEEPALIVE)
             events.append(c)
         events.append(wire.sse(finish))
-        events.append(wire.sse(wire.usage_chunk(head, served.usage)))
+        if req.want_stream_usage:
+            events.append(wire.sse(wire.usage_chunk(head, served.usage)))
         events.append(wire.DONE)
         return events
 
@@ -502,7 +516,8 @@ def _arguments_problem(messages: list) -> str | None:
     """Why a self-hosted engine refuses the request's tool-call history: vLLM's request schema
     takes ``arguments`` as a string and answers an object with HTTP 400."""
     for index, message in enumerate(messages):
-        for number, call in enumerate(message.get("tool_calls") or ()):
+        calls = message.get("tool_calls")
+        for number, call in enumerate(calls if isinstance(calls, list) else ()):
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
             if arguments is not None and not isinstance(arguments, str):

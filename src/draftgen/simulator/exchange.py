@@ -52,6 +52,12 @@ class ChatRequest:
     want_prompt_ids: bool = False
     want_completion_ids: bool = False
     want_logprobs: bool = False
+    # vLLM's ``return_tokens_as_token_ids``: every generated token's logprob spelled
+    # ``token_id:N`` (the vllm dialect only).
+    want_token_id_logprobs: bool = False
+    # Whether a stream ends with its usage chunk: always on OpenRouter, on vLLM only with
+    # ``stream_options.include_usage``.
+    want_stream_usage: bool = True
     # The prompt as the published chat template renders it, where the engine renders otherwise
     # and the template_renderer quirk is on (None: the same, or not asked).
     template_prompt: RenderedPrompt | None = None

@@ -126,6 +126,9 @@ class ListingRoutes:
         }
 
     async def handle_key(self, request: web.Request) -> web.Response:
+        if self.config.dialect != "openrouter":
+            # A self-hosted server has no /key: the probe then reads its model listing.
+            return web.Response(status=404, text="404: Not Found")
         if not self._authorized(request):
             return self._unauthorized()
         usage = sum(r["cost"] for r in self.truth.values())

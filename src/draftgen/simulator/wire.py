@@ -149,6 +149,29 @@ def logprobs_content(output: ModelOutput, delivery: Delivery, token_bytes: list[
     return entries
 
 
+def token_id_logprobs(output: ModelOutput, token_bytes: list[bytes]) -> list:
+    """vLLM's ``logprobs.content`` with ``return_tokens_as_token_ids``: an entry for every
+    generated token (reasoning, markup, end of turn), spelled ``token_id:N``."""
+    return [
+        {
+            "token": f"token_id:{token_id}",
+            "logprob": -0.01,
+            "bytes": list(token_bytes[token_id]),
+            "top_logprobs": [],
+        }
+        for token_id in output.ids
+    ]
+
+
+def attach_stream_token_logprobs(chunks: list[dict], entries: list) -> None:
+    """Spread every-token ``entries`` over all the chunks in order, as ``token_ids`` are."""
+    count = len(chunks)
+    for i, chunk in enumerate(chunks):
+        start, end = len(entries) * i // count, len(entries) * (i + 1) // count
+        for choice in chunk.get("choices") or ():
+            choice["logprobs"] = {"content": entries[start:end], "refusal": None}
+
+
 def attach_stream_logprobs(chunks: list[dict], entries: list) -> None:
     """Spread ``entries`` over the chunks that carry content (the last chunk if none does)."""
     carriers = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]

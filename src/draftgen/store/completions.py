@@ -143,7 +143,12 @@ def completion_statements(
             array("i", completion.completion_token_ids).tobytes(),
         )
         statements.append((INSERT_SERVER_IDS, ids))
-    if completion.logprob_bytes is not None:
+    if completion.logprob_ids is not None:
+        # Ids the logprobs named (``token_id:N``) share the table with token bytes: an object,
+        # where bytes are a list.
+        packed = orjson.dumps({"ids": completion.logprob_ids})
+        statements.append((INSERT_LOGPROB_TOKENS, (key, packed)))
+    elif completion.logprob_bytes is not None:
         packed = orjson.dumps([token.hex() for token in completion.logprob_bytes])
         statements.append((INSERT_LOGPROB_TOKENS, (key, packed)))
     return statements
@@ -164,12 +169,13 @@ def _stored_completion(row: dict) -> StoredCompletion:
         raw_message=unpack_message(row["raw_message"], row["reasoning"], row["content"]),
         prompt_token_ids=_ids_or_none(row.get("server_prompt_ids")),
         completion_token_ids=_ids_or_none(row.get("server_completion_ids")),
-        logprob_bytes=(
-            [bytes.fromhex(t) for t in orjson.loads(row["logprob_token_bytes"])]
-            if row.get("logprob_token_bytes") is not None
-            else None
-        ),
     )
+    if row.get("logprob_token_bytes") is not None:
+        packed = orjson.loads(row["logprob_token_bytes"])
+        if isinstance(packed, dict):
+            completion.logprob_ids = list(packed.get("ids") or ()) or None
+        else:
+            completion.logprob_bytes = [bytes.fromhex(t) for t in packed]
     return StoredCompletion(
         key=row["key"],
         source_id=row["source_id"],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from draftgen.records import StoredCompletion, TokenSample
+from draftgen.records import StoredCompletion, TokenSample, proof_name
 from draftgen.store import writer
 from draftgen.store.completions import _stored_completion
 from draftgen.store.identity import DB_NAME, StoreError
@@ -206,7 +206,7 @@ class SamplesMixin:
                 "finish_reason": finish,
                 "provider": provider,
                 "generation_id": generation_id,
-                "id_source": id_source,
+                "id_source": proof_name(id_source),  # a store's "server" is today's "ids"
             }
 
     def sample_record(self, sample_id: str) -> dict | None:
@@ -239,7 +239,7 @@ class SamplesMixin:
             "finish_reason": finish,
             "provider": provider,
             "generation_id": generation_id,
-            "id_source": id_source,
+            "id_source": proof_name(id_source),  # a store's "server" is today's "ids"
         }
 
     def export_completions(
