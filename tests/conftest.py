@@ -324,6 +324,17 @@ PROVIDER_LEVEL_REASONS = {
 }
 
 
+def assert_worked(result: subprocess.CompletedProcess, out: Path) -> None:
+    """``result`` of a run that worked every turn: exit 0, or 4 where some failed for good (the
+    faults and caps these runs use leave some; the store's failures say which)."""
+    db = sqlite3.connect(Path(out) / "draftgen.sqlite")
+    try:
+        failed = db.execute("SELECT count(*) FROM failures").fetchone()[0]
+    finally:
+        db.close()
+    assert result.returncode == (4 if failed else 0), result.stderr
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 

@@ -358,6 +358,7 @@ def test_the_default_backend_takes_vllms_ids_streamed_or_not_thinking_on_or_off(
 def test_a_resume_reuses_the_recorded_offer_without_asking_again(tmp_path, monkeypatch, caplog):
     _, first, _, _ = default_backend_run(tmp_path, monkeypatch, "vllm", False, faults={})
     assert len(first) == 24 + 1  # the rows and the question
+    caplog.clear()  # the first run's line, where draftgen's logger propagates to caplog's root
     _watch(caplog, monkeypatch)
     summary, truth, rows, offer = default_backend_run(
         tmp_path, monkeypatch, "vllm", False, faults={}

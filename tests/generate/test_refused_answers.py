@@ -17,7 +17,7 @@ import time
 import orjson
 import pytest
 from aiohttp import web
-from conftest import SimProcess, draftgen, run_args, run_on_app, start_app
+from conftest import SimProcess, assert_worked, draftgen, run_args, run_on_app, start_app
 
 from draftgen.backends.base import ApiError, StreamAccumulator, parse_completion
 
@@ -189,7 +189,7 @@ def test_every_answer_the_simulator_billed_is_stored_or_kept_apart(tmp_path, str
         truth = list(sim.thread.truth.values())
     finally:
         sim.stop()
-    assert result.returncode == 0, result.stderr
+    assert_worked(result, out)
     db = sqlite3.connect(out / "draftgen.sqlite")
     completions = {r[0] for r in db.execute("SELECT generation_id FROM completions")}
     refused = [r[0] for r in db.execute("SELECT generation_id FROM refused_answers")]

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import SECRET, SimProcess, draftgen, run_args, write_prompts
+from conftest import SECRET, SimProcess, assert_worked, draftgen, run_args, write_prompts
 
 from draftgen.records import Completion
 from draftgen.store.database import CompletionWriter, Store, StoreError
@@ -62,7 +62,7 @@ def test_max_cost_stops_sending_says_what_was_spent_and_resumes(tmp_path):
         assert spent(out) <= 0.003
         assert len(sim.truth()) == first  # nothing bought that was not stored
         result = draftgen(*run_args(sim, [inputs], out, TOKENIZER, *capped))
-        assert result.returncode == 0, result.stderr
+        assert_worked(result, out)
         assert stored_count(out) > first
     finally:
         sim.stop()

@@ -23,7 +23,15 @@ from batch_runs import (
     read_log,
     store_rows,
 )
-from conftest import SECRET, SimProcess, check_against_truth, draftgen, export_all, run_args
+from conftest import (
+    SECRET,
+    SimProcess,
+    assert_worked,
+    check_against_truth,
+    draftgen,
+    export_all,
+    run_args,
+)
 
 from draftgen.cli import main as cli
 from draftgen.cli.present import format_estimate
@@ -284,7 +292,7 @@ def test_max_cost_counts_batches_at_their_worst_case_before_sending(tmp_path):
         assert store_rows(out, "SELECT count(*) FROM completions")[0][0] < 25
         more = batch_args(sim, [EXAMPLES], out, "--max-tokens", "100", "--max-cost", "1")
         result = draftgen(*more)
-        assert result.returncode == 0, result.stderr
+        assert_worked(result, out)
         stored = store_rows(out, "SELECT count(*) FROM completions")[0][0]
         failed = dict(store_rows(out, "SELECT reason, count(*) FROM failures GROUP BY 1"))
         # 100 tokens cut some first turns short: their later turns are not built on them.
