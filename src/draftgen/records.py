@@ -130,6 +130,19 @@ class StoredCompletion:
     latency: float | None = None
 
 
+# What proves a sample's ids (``TokenSample.id_source``): the server's own ids, logprobs that
+# name each generated token, or the text re-encoded and consistent with the provider's counts
+# (a re-split that keeps the count cannot be seen there).
+PROOFS: tuple[str, ...] = ("ids", "logprobs", "text")
+# Stores from before the proofs were named kept the server's ids as "server"; they read as "ids".
+OLD_PROOF_NAMES = {"server": "ids"}
+
+
+def proof_name(id_source: str) -> str:
+    """The proof an ``id_source`` as stored names (an old store's "server" is "ids")."""
+    return OLD_PROOF_NAMES.get(id_source, id_source)
+
+
 @dataclass
 class TokenSample:
     """Reconstructed ids for one generated turn and the verdict of the checks."""
@@ -141,7 +154,7 @@ class TokenSample:
     reason: str
     detail: str = ""
     truncated: bool = False
-    id_source: str = "text"
+    id_source: str = "text"  # one of PROOFS
     # With server ids: "agrees" if the text path rebuilt the same ids and proved them, else the
     # text path's reason (or "ids_differ"); "" when the text path is the only one.
     text_check: str = ""

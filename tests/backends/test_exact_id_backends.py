@@ -344,7 +344,7 @@ def test_server_ids_are_exported_and_the_text_path_is_graded(
     agree = disagree = tool_calls = 0
     for row in rows:
         record = truth[row["generation_id"]]
-        assert row["id_source"] == "server"
+        assert row["id_source"] == "ids"
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
         assert row["prompt_len"] == len(record["prompt_ids"])
         assert (row["verified"], row["verify_reason"]) == (True, "ok")
@@ -360,7 +360,7 @@ def test_server_ids_are_exported_and_the_text_path_is_graded(
             agree += check == "agrees"
     assert agree > 10 and disagree > 3 and tool_calls > 3
     exactness = summary.counts["exactness"]
-    assert exactness["id_sources"] == {"server": {"samples": len(rows), "verified": len(rows)}}
+    assert exactness["id_sources"] == {"ids": {"samples": len(rows), "verified": len(rows)}}
     assert exactness["text_agreement"] == round(agree / len(rows), 4)
     assert sum(exactness["text_checks"].values()) == len(rows)
 
@@ -427,14 +427,14 @@ def test_cli_run_with_vllm_backend_shows_the_exactness_summary(tmp_path):
     assert result.returncode == 0, result.stderr
     status = draftgen("status", str(out))
     assert status.returncode == 0, status.stderr
-    assert "  exactness:\n    ids from server" in status.stdout
+    assert "  proofs:\n    ids " in status.stdout
     assert "text path agrees with server ids in" in status.stdout
     as_json = json.loads(draftgen("status", str(out), "--json").stdout)
-    assert set(as_json["exactness"]["id_sources"]) == {"server"}
+    assert set(as_json["exactness"]["id_sources"]) == {"ids"}
     export = tmp_path / "out.jsonl"
     assert draftgen("export", str(out), "--out", str(export)).returncode == 0
     exported = [json.loads(line) for line in export.read_text().splitlines()]
-    assert exported and all(r["id_source"] == "server" and r["verified"] for r in exported)
+    assert exported and all(r["id_source"] == "ids" and r["verified"] for r in exported)
     assert all(r["verify_reason"] == "ok" for r in exported)
 
 
@@ -760,7 +760,7 @@ def test_generate_exports_ground_truth_ids_with_faults_and_raw_tool_calls(
     agree = disagree = tool_markup = 0
     for row in rows:
         record = truth[row["generation_id"]]
-        assert row["id_source"] == "server"
+        assert row["id_source"] == "ids"
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
         assert (row["verified"], row["verify_reason"]) == (True, "ok")
         assert set(record["quirks"]) <= {"drift", "tool_call_text", "empty_reasoning"}
@@ -778,7 +778,7 @@ def test_generate_exports_ground_truth_ids_with_faults_and_raw_tool_calls(
     assert agree > 15 and disagree >= 2 and (tool_markup > 5 if markup else tool_markup == 0)
     assert summary.progress.errors["finish_error"] > 0
     exactness = summary.counts["exactness"]
-    assert exactness["id_sources"] == {"server": {"samples": 48, "verified": 48}}
+    assert exactness["id_sources"] == {"ids": {"samples": 48, "verified": 48}}
     assert exactness["text_agreement"] == round(agree / 48, 4)
 
 
@@ -830,4 +830,4 @@ def test_cli_run_with_sglang_generate_against_the_embedded_simulator(tmp_path):
     assert result.returncode == 0, result.stderr
     as_json = json.loads(draftgen("status", str(out), "--json").stdout)
     # Six rows, one with an old answer to regenerate: seven turns, every one verified.
-    assert as_json["exactness"]["id_sources"] == {"server": {"samples": 7, "verified": 7}}
+    assert as_json["exactness"]["id_sources"] == {"ids": {"samples": 7, "verified": 7}}

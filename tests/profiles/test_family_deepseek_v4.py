@@ -948,7 +948,7 @@ def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch, kwargs):
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         # The prompt ends <think> with thinking on (the wrapper's default), </think> without.
         assert record["prompt_ids"][-1] == (128822 if kwargs else 128821)
         tool_calls += record["finish_reason"] == "tool_calls"

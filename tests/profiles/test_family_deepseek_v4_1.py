@@ -677,7 +677,7 @@ def test_simulated_vllm_run_exports_ground_truth(tokenizer, tmp_path, monkeypatc
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         assert record["prompt_ids"][-1] == last_id
         if last_id == 128821:
             assert decode(tokenizer, record["prompt_ids"]).startswith(

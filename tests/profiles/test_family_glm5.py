@@ -436,7 +436,7 @@ def test_simulated_vllm_run_exports_the_generated_stop_tokens(tmp_path, monkeypa
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         tool_turn = record["finish_reason"] == "tool_calls"
         tool_calls += tool_turn
         assert record["completion_ids"][-1] == (OBSERVATION_ID if tool_turn else USER_ID)

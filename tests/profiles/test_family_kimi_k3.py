@@ -742,7 +742,7 @@ def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch, thinking
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verify_reason"], row["id_source"]) == ("ok", "server")
+        assert (row["verify_reason"], row["id_source"]) == ("ok", "ids")
         # A cut turn is exported only on request, as unverified.
         assert row["verified"] == (record["finish_reason"] != "length")
         assert record["prompt_text"].endswith(

@@ -761,7 +761,7 @@ def test_simulated_vllm_run_exports_the_servers_ids_all_verified(tmp_path, monke
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         tool_turns += record["finish_reason"] == "tool_calls"
     assert tool_turns >= 2
 

@@ -399,7 +399,7 @@ def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch):
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         tool_calls += record["finish_reason"] == "tool_calls"
         if record["text_exact"]:
             assert checks[row["key"]] == "agrees", record

@@ -221,7 +221,7 @@ def test_simulated_vllm_run_exports_ground_truth_for_each_new_family(
     for row in exported:
         record = truth[row["generation_id"]]
         assert row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "server")
+        assert (row["verified"], row["verify_reason"], row["id_source"]) == (True, "ok", "ids")
         tool_turn = record["finish_reason"] == "tool_calls"
         tool_calls += tool_turn
         if tool_turn and family.tool_reason:

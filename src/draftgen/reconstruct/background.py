@@ -26,6 +26,7 @@ from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
+from draftgen.reconstruct.resplits import record_pairs, stored_pairs
 from draftgen.reconstruct.text import strips_are_invisible
 from draftgen.reconstruct.tool_rewrites import call_marks
 from draftgen.reconstruct.verify import (
@@ -94,6 +95,8 @@ def reconstruct_all(
     flag_invisible_strips(store, tokenizer, profile)
     flag_unproven_renderers(store, tokenizer, profile)
     flag_reserialising_providers(store, profile)
+    if made or stored_pairs(store) is None:
+        record_pairs(store, tokenizer)  # what a count cannot see, for status and the report
     return made
 
 
