@@ -8,9 +8,10 @@ The estimate joins two measures of the run:
 - how often its text-proof answers re-split with a count change: the samples whose completion
   count differs (``completion_count_mismatch``; other reasons say something else happened), each
   answer's re-splits taken as a Poisson count proportional to its length in tokens;
-- how often a re-split keeps the count for this tokenizer: adjacent token pairs drawn from the
-  run's own generated tokens as a model that picks each token without regard to how the text will
-  re-encode would write them, their bytes joined and re-encoded; of the pairs that re-encode to
+- how often a re-split keeps the count for this tokenizer: pairs of the run's own generated tokens
+  (two of one stretch of an answer, a few places apart), as a model that picks each token without
+  regard to how the text will re-encode could write them side by side, their bytes joined and
+  re-encoded; of the pairs that re-encode to
   other ids, the share that re-encode to two (``keeps_count``). Where the run also holds samples
   whose server gave the ids, the text path's own record against them (``text_check``) is that
   share measured directly, and is used instead once it has seen enough re-splits.
@@ -24,7 +25,6 @@ few sums over the samples, cheap enough for ``status``.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,9 +43,11 @@ from draftgen.tokens import tokenizer as tok
 PAIRS_META = "resplit_pairs"
 SAMPLES_READ = 2_000  # the run's token distribution is read from at most this many samples
 TOKENS_READ = 400_000  # ... and at most this many of their generated tokens
-PAIRS_DRAWN = 40_000  # at most this many pairs are drawn
+PAIRS_DRAWN = 1_000_000  # at most this many pairs are drawn
+DRAW_ROUND = 20_000  # ... this many at a time
+PAIR_DISTANCE = 8  # a pair's tokens are 2 to this many places apart in one answer
 # ... and no more once this many re-split: the share kept is then known within about 0.02 (its
-# standard error), and a run's end pays a few tenths of a second for it.
+# standard error), and a run's end pays a few tenths of a second for it (the pairs' encoding).
 RESPLITS_WANTED = 500
 SEED = 20261207
 # The server's ids measure the share directly once they have seen this many re-splits (the text
@@ -60,12 +62,12 @@ TEXT_IDS_DIFFER = "ids_differ"
 
 @dataclass(frozen=True)
 class PairMeasure:
-    """Adjacent token pairs drawn from a run's generated tokens and re-encoded."""
+    """Pairs of a run's generated tokens, drawn and re-encoded (``measure_pairs``)."""
 
     fingerprint: str  # the reconstruction the tokens were read from (meta ``reconstruction``)
     samples: int  # samples read
     tokens: int  # their generated tokens, specials left out
-    drawn: int  # pairs drawn whose joined bytes are text (UTF-8)
+    drawn: int  # pairs drawn (within an answer's stretch) whose joined bytes are text (UTF-8)
     resplit: int  # of those, pairs that re-encode to other ids
     kept: int  # of those, pairs that re-encode to two ids: a re-split the count cannot see
 
@@ -75,61 +77,84 @@ class PairMeasure:
 
 
 def measure_pairs(store: Store, tokenizer: Any) -> PairMeasure:
-    """Draw pairs from the run's generated tokens (seeded, bounded) and re-encode each."""
+    """Draw pairs from the run's generated tokens (seeded, bounded) and re-encode each.
+
+    A pair is two tokens of one answer a few places apart (``PAIR_DISTANCE``), not neighbours:
+    neighbours are the canonical encoding's own pairs, which re-encode as they are by
+    construction, while two tokens of the same stretch of text are what a model writing that
+    stretch could have put side by side. An added token (``<think>``, ``</think>``) ends a
+    stretch: BPE does not merge across it."""
     fingerprint = store.meta("reconstruction") or ""
-    pool: list[int] = []
+    tokens: list[int] = []
+    stretch: list[int] = []  # each token's stretch of ordinary tokens
     samples = 0
     added = set(getattr(tokenizer, "added_tokens_decoder", None) or {})
     for blob, prompt_len in store.db.execute(
         "SELECT input_ids, prompt_len FROM samples ORDER BY key LIMIT ?", (SAMPLES_READ,)
     ):
         samples += 1
-        ids = _ids(blob)[prompt_len:]
-        # BPE does not merge across an added token: a pair with one is never a re-split.
-        pool.extend(i for i in ids if i not in added)
-        if len(pool) >= TOKENS_READ:
+        current = stretch[-1] + 1 if stretch else 0  # a new answer, a new stretch
+        for token in _ids(blob)[prompt_len:]:
+            if token in added:
+                current += 1
+                continue
+            tokens.append(token)
+            stretch.append(current)
+        if len(tokens) >= TOKENS_READ:
             break
-    if not pool:
+    if not tokens:
         return PairMeasure(fingerprint, samples, 0, 0, 0, 0)
-    token_bytes = _token_bytes(tokenizer, set(pool))
-    rng = random.Random(SEED)
-    outcomes: dict[tuple[int, int], int] = {}  # pair -> ids it re-encodes to (0: not text)
-    drawn = resplit = kept = 0
-    draws = 0
+    token_bytes = _token_bytes(tokenizer, set(tokens))
+    # Drawn a round at a time with numpy: a vocabulary whose pairs seldom re-split needs many
+    # draws to find enough that do, and each distinct pair is encoded once.
+    import numpy
+
+    rng = numpy.random.default_rng(SEED)
+    ids, stretches = numpy.asarray(tokens, numpy.int64), numpy.asarray(stretch, numpy.int64)
+    width = int(ids.max()) + 1
+    outcomes: dict[int, int] = {}  # pair (left * width + right) -> ids it re-encodes to
+    drawn = resplit = kept = draws = 0
     while draws < PAIRS_DRAWN and resplit < RESPLITS_WANTED:
-        lefts, rights = rng.choices(pool, k=1_000), rng.choices(pool, k=1_000)
-        batch = list(zip(lefts, rights, strict=True))
-        draws += len(batch)
-        _encode_new(tokenizer, token_bytes, outcomes, batch)
-        for pair in batch:
-            length = outcomes[pair]
+        left = rng.integers(0, len(ids), DRAW_ROUND)
+        right = left + rng.integers(2, PAIR_DISTANCE + 1, DRAW_ROUND)
+        inside = right < len(ids)
+        left, right = left[inside], right[inside]
+        same = stretches[left] == stretches[right]
+        left, right = left[same], right[same]
+        draws += DRAW_ROUND
+        codes, counts = numpy.unique(ids[left] * width + ids[right], return_counts=True)
+        new = [int(code) for code in codes if int(code) not in outcomes]
+        _encode_new(tokenizer, token_bytes, outcomes, new, width)
+        for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+            length = outcomes[code]
             if length == 0:
                 continue  # joined bytes that are not text: no text spells this pair alone
-            drawn += 1
+            drawn += count
             if length != -1:
-                resplit += 1
-                kept += length == 2
-    return PairMeasure(fingerprint, samples, len(pool), drawn, resplit, kept)
+                resplit += count
+                kept += count if length == 2 else 0
+    return PairMeasure(fingerprint, samples, len(tokens), drawn, resplit, kept)
 
 
 def _encode_new(
     tokenizer: Any,
     token_bytes: dict[int, bytes],
-    outcomes: dict[tuple[int, int], int],
-    batch: list[tuple[int, int]],
+    outcomes: dict[int, int],
+    codes: list[int],
+    width: int,
 ) -> None:
-    """Record for each pair not yet seen: -1 if its text re-encodes to the pair itself, else
-    the number of ids it re-encodes to (0: its bytes are not text)."""
-    new = list(dict.fromkeys(pair for pair in batch if pair not in outcomes))
-    texts, pairs = [], []
-    for pair in new:
+    """Record for each pair (``left * width + right``): -1 if its text re-encodes to the pair
+    itself, else the number of ids it re-encodes to (0: its bytes are not text)."""
+    texts, kept = [], []
+    for code in codes:
+        pair = divmod(code, width)
         try:
             texts.append((token_bytes[pair[0]] + token_bytes[pair[1]]).decode("utf-8"))
-            pairs.append(pair)
+            kept.append((code, list(pair)))
         except UnicodeDecodeError:
-            outcomes[pair] = 0
-    for pair, ids in zip(pairs, tok.encode_batch(tokenizer, texts), strict=True):
-        outcomes[pair] = -1 if ids == list(pair) else len(ids)
+            outcomes[code] = 0
+    for (code, pair), again in zip(kept, tok.encode_batch(tokenizer, texts), strict=True):
+        outcomes[code] = -1 if again == pair else len(again)
 
 
 def _token_bytes(tokenizer: Any, ids: set[int]) -> dict[int, bytes]:
