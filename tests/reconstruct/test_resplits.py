@@ -139,7 +139,14 @@ def test_the_estimate_thins_the_count_changes_by_the_share_that_keeps_the_count(
         "verified": 80,
         "keeps_count": 0.25,
         "basis": "tokenizer_pairs",
-        "pairs": {"samples": 10, "tokens": 1000, "drawn": 5000, "resplit": 400, "kept": 100},
+        "pairs": {
+            "samples": 10,
+            "tokens": 1000,
+            "drawn": 5000,
+            "resplit": 400,
+            "kept": 100,
+            "alone": 1.0,
+        },
         "resplit_share": round(1 - 0.8 ** (4 / 3), 4),
         "estimated_wrong": round(80 * hidden, 1),
         "estimated_wrong_share": round(hidden, 4),
@@ -271,3 +278,31 @@ def test_measuring_is_bounded(tmp_path, qwen3, monkeypatch):
     # Drawn 1,000 at a time, the bound ends the draw after the third round; a pair beyond its
     # answer's end is not drawn, nor counted if its bytes are not text (an emoji's pieces).
     assert 1000 < measure.drawn < 3000
+
+
+def test_a_tokenizer_that_encodes_a_piece_by_its_place_is_not_measured(tmp_path):
+    # SentencePiece with a dummy prefix: " user" alone encodes as "▁" + "▁user", so a pair
+    # encoded alone is not the pair in a text.
+    sentencepiece = load_tokenizer("fixture:mistral-large")
+    words = encode(sentencepiece, "Okay, the user asks about it here, and the cat answers")
+    samples = [TokenSample(f"k{i}", [1, *words], 1, True, "ok") for i in range(3)]
+    samples += [TokenSample("m0", [1, *words], 1, False, "completion_count_mismatch")]
+    store = make_store(tmp_path, samples)
+    try:
+        measure = record_pairs(store, sentencepiece)
+        got = estimate(store)
+    finally:
+        store.close()
+    assert measure.alone < resplits.ALONE_ENOUGH and measure.drawn == measure.resplit == 0
+    assert (got["basis"], got["keeps_count"], got["estimated_wrong"]) == (
+        "tokenizer_pairs",
+        None,
+        None,
+    )
+    from draftgen.cli.present import format_resplits
+
+    assert format_resplits(got) == [
+        "      re-splits that keep the count: cannot be estimated with this tokenizer (only "
+        f"{measure.alone:.0%} of the run's tokens re-encode alone to themselves: it encodes a "
+        "piece by its place); 1 of 4 answers' counts differ"
+    ]

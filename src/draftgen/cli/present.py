@@ -377,10 +377,17 @@ def format_resplits(resplits: dict) -> list[str]:
     if not resplits.get("samples"):
         return []
     changed = f"{resplits['count_changed']} of {resplits['samples']} answers' counts differ"
-    if resplits.get("estimated_wrong") is None:
+    if resplits.get("estimated_wrong") is None and resplits.get("basis") is None:
         return [
             "      re-splits that keep the count: not measured yet (draftgen report measures "
             f"them); {changed}"
+        ]
+    if resplits.get("estimated_wrong") is None:
+        alone = resplits["pairs"]["alone"]
+        return [
+            "      re-splits that keep the count: cannot be estimated with this tokenizer (only "
+            f"{alone:.0%} of the run's tokens re-encode alone to themselves: it encodes a piece "
+            f"by its place); {changed}"
         ]
     if resplits["basis"] == "server_ids":
         checked = resplits["checked"]

@@ -96,8 +96,22 @@ def reconstruct_all(
     flag_unproven_renderers(store, tokenizer, profile)
     flag_reserialising_providers(store, profile)
     if made or stored_pairs(store) is None:
-        record_pairs(store, tokenizer)  # what a count cannot see, for status and the report
+        measure_resplits(store, tokenizer)
     return made
+
+
+def measure_resplits(store: Store, tokenizer) -> None:
+    """Measure what a count cannot see, for status and the report (``resplits``): a figure of
+    the run, never a reason for its reconstruction to fail."""
+    try:
+        record_pairs(store, tokenizer)
+    except Exception as exc:  # an estimate, not the samples: say so and go on
+        logging.getLogger("draftgen.reconstruct").warning(
+            "the text proof's re-splits could not be measured (%s: %s); status shows them as "
+            "not measured",
+            type(exc).__name__,
+            exc,
+        )
 
 
 class SampleWriter:

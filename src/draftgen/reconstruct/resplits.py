@@ -25,6 +25,7 @@ few sums over the samples, cheap enough for ``status``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -56,6 +57,9 @@ CHECKED_ENOUGH = 30
 # The reasons of a completion count that differs: a whitespace repair that matches the count is
 # no evidence of a strip where the provider keeps whitespace (vLLM never strips).
 COUNT_CHANGED = (COMPLETION_COUNT_MISMATCH, WHITESPACE_ALTERED)
+# Tokens that re-encode alone to themselves, of those a run's answers hold: fewer, and pairs
+# encoded alone are not pairs in a text (PairMeasure.alone).
+ALONE_ENOUGH = 0.9
 # text_check's value for a text path verified against server ids that are not its own.
 TEXT_IDS_DIFFER = "ids_differ"
 
@@ -70,9 +74,15 @@ class PairMeasure:
     drawn: int  # pairs drawn (within an answer's stretch) whose joined bytes are text (UTF-8)
     resplit: int  # of those, pairs that re-encode to other ids
     kept: int  # of those, pairs that re-encode to two ids: a re-split the count cannot see
+    # The share of the distinct tokens read whose text alone re-encodes to them: below
+    # ``ALONE_ENOUGH`` the tokenizer encodes a piece by its place (SentencePiece's dummy prefix)
+    # and a pair encoded alone says nothing of it in a text.
+    alone: float = 1.0
 
     @property
     def keeps_count(self) -> float | None:
+        if self.alone < ALONE_ENOUGH:
+            return None
         return self.kept / self.resplit if self.resplit else None
 
 
@@ -105,6 +115,9 @@ def measure_pairs(store: Store, tokenizer: Any) -> PairMeasure:
     if not tokens:
         return PairMeasure(fingerprint, samples, 0, 0, 0, 0)
     token_bytes = _token_bytes(tokenizer, set(tokens))
+    alone = _alone(tokenizer, token_bytes)
+    if alone < ALONE_ENOUGH:
+        return PairMeasure(fingerprint, samples, len(tokens), 0, 0, 0, round(alone, 4))
     # Drawn a round at a time with numpy: a vocabulary whose pairs seldom re-split needs many
     # draws to find enough that do, and each distinct pair is encoded once.
     import numpy
@@ -133,7 +146,23 @@ def measure_pairs(store: Store, tokenizer: Any) -> PairMeasure:
             if length != -1:
                 resplit += count
                 kept += count if length == 2 else 0
-    return PairMeasure(fingerprint, samples, len(tokens), drawn, resplit, kept)
+    return PairMeasure(fingerprint, samples, len(tokens), drawn, resplit, kept, round(alone, 4))
+
+
+def _alone(tokenizer: Any, token_bytes: dict[int, bytes]) -> float:
+    """The share of these tokens (those whose bytes are text) that re-encode alone to
+    themselves."""
+    texts, ids = [], []
+    for index, raw in token_bytes.items():
+        try:
+            texts.append(raw.decode("utf-8"))
+            ids.append(index)
+        except UnicodeDecodeError:
+            continue
+    if not texts:
+        return 0.0
+    again = tok.encode_batch(tokenizer, texts)
+    return sum(found == [index] for index, found in zip(ids, again, strict=True)) / len(ids)
 
 
 def _encode_new(
@@ -158,7 +187,9 @@ def _encode_new(
 
 
 def _token_bytes(tokenizer: Any, ids: set[int]) -> dict[int, bytes]:
-    """Each id's bytes: a byte-level vocabulary's token mapped back, else the id decoded."""
+    """Each id's bytes: a byte-level vocabulary's token mapped back, a SentencePiece one's read
+    (``▁`` a space, ``<0x0A>`` a byte: decoding it alone would drop its leading space), else the
+    id decoded."""
     decoder = tok.byte_decoder()
     found: dict[int, bytes] = {}
     for token, index in tok.full_vocab(tokenizer).items():
@@ -166,7 +197,12 @@ def _token_bytes(tokenizer: Any, ids: set[int]) -> dict[int, bytes]:
             try:
                 found[index] = bytes(decoder[ch] for ch in token)
             except KeyError:  # not a byte-level vocabulary entry
-                found[index] = tok.decode(tokenizer, [index]).encode("utf-8")
+                byte = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", token)
+                found[index] = (
+                    bytes([int(byte.group(1), 16)])
+                    if byte
+                    else token.replace("\u2581", " ").encode("utf-8")
+                )
     for index in ids - found.keys():
         found[index] = tok.decode(tokenizer, [index]).encode("utf-8")
     return found
@@ -316,6 +352,8 @@ def _keeps_count(store: Store) -> tuple[float | None, str | None, dict]:
     if pairs is None:
         return None, None, {}
     figures = {"pairs": {k: v for k, v in asdict(pairs).items() if k != "fingerprint"}}
+    if pairs.alone < ALONE_ENOUGH:
+        return None, "tokenizer_pairs", figures  # a tokenizer that encodes pieces by place
     if not pairs.resplit:
         # No drawn pair re-split: none keeps the count that the sample could show.
         return (0.0 if pairs.drawn else None), "tokenizer_pairs", figures
