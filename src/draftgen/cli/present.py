@@ -515,7 +515,7 @@ def format_sample(sample: dict) -> str:
         + (f" ({printable(sample['detail'])})" if sample.get("detail") else ""),
         f"  provider {printable(str(sample['provider']))}, generation "
         f"{printable(str(sample['generation_id']))}, finish "
-        f"{printable(str(sample['finish_reason']))}, ids from {printable(sample['id_source'])}",
+        f"{printable(str(sample['finish_reason']))}, proof {printable(sample['id_source'])}",
         f"  prompt {prompt_len} tokens, answer {len(sample['input_ids']) - prompt_len} tokens "
         "(the answer is what the loss mask trains on)",
         "  prompt:",
