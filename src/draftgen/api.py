@@ -163,11 +163,15 @@ class RunDir:
             return store.meta("tokenizer")
 
     def status(self) -> dict:
-        """Counts by outcome and reason, exactness, endpoints, rejected rows, the active run."""
+        """Counts by outcome and reason, exactness, samples by proof (the text proof's hidden
+        re-splits estimated), endpoints, rejected rows, the active run."""
+        from draftgen.reconstruct.resplits import proof_figures
         from draftgen.reconstruct.verify import unproven_figures
 
         with Store(self.path, create=False) as store:
             counts = store.counts()
+            # Samples by proof, and what the text proof's counts cannot see.
+            counts["proofs"] = proof_figures(store)
         # Yield lost to doubt, its own line: samples the proof could not settle either way.
         counts["unproven"] = unproven_figures(counts["reasons"], counts["samples"])
         return counts

@@ -162,12 +162,12 @@ PROOF_IDS = "ids"
 PROOF_LOGPROBS = "logprobs"
 PROOF_TEXT = "text"
 PROOFS: tuple[str, ...] = (PROOF_IDS, PROOF_LOGPROBS, PROOF_TEXT)
-_OLD_PROOF_NAMES = {"server": PROOF_IDS}
+OLD_PROOF_NAMES = {"server": PROOF_IDS}
 
 
 def proof_name(stored: str) -> str:
     """The proof a stored ``id_source`` names, in today's words (``server`` is now ``ids``)."""
-    return _OLD_PROOF_NAMES.get(stored, stored)
+    return OLD_PROOF_NAMES.get(stored, stored)
 
 
 def _int_or_none(value: object) -> int | None:

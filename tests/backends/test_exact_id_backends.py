@@ -427,7 +427,7 @@ def test_cli_run_with_vllm_backend_shows_the_exactness_summary(tmp_path):
     assert result.returncode == 0, result.stderr
     status = draftgen("status", str(out))
     assert status.returncode == 0, status.stderr
-    assert "  exactness:\n    ids from" in status.stdout
+    assert "  proofs:\n    ids " in status.stdout
     assert "text path agrees with server ids in" in status.stdout
     as_json = json.loads(draftgen("status", str(out), "--json").stdout)
     assert set(as_json["exactness"]["id_sources"]) == {"ids"}

@@ -121,6 +121,7 @@ def expected(run_dir, fmt: str, include_unverified: bool = False) -> dict:
         "simulator": simulator,
         "sources": json.loads(meta["sources"]),
         "include_unverified": include_unverified,
+        "proofs": None,  # every proof: no --proof given
         "verification": {k: counts[k] for k in ("samples", "verified", "truncated")},
         "verified_share": round(counts["verified"] / counts["samples"], 6),
         "cost_usd": counts["cost"],

@@ -192,6 +192,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     options = ExportOptions(
         include_unverified=args.include_unverified,
+        proofs=getattr(args, "proofs", None),  # declared in draftgen.options: absent if not given
         force=args.force,
         max_length=args.max_length,
         draft_vocab_size=args.draft_vocab_size,

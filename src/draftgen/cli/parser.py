@@ -342,6 +342,7 @@ def _add_export(commands) -> None:
         "this run there is replaced, anything else only with --force",
     )
     _add_include_unverified(export, "also write unverified and truncated samples (verified: false)")
+    add_settings(export, command_settings("export"))
     export.add_argument(
         "--force",
         action="store_true",

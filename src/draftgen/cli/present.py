@@ -161,7 +161,7 @@ def format_status(counts: dict, run_dir: Path) -> str:
     lines.extend(format_provider_figures(counts.get("providers")))
     lines.extend(format_calibration(counts.get("calibration")))
     lines.extend(format_left_out(counts.get("excluded_providers"), counts.get("rebuys")))
-    lines.extend(format_exactness(counts.get("exactness") or {}))
+    lines.extend(format_exactness(counts.get("exactness") or {}, counts.get("proofs")))
     lines.extend(format_endpoints(counts.get("endpoints") or {}))
     lines.extend(format_batches(counts.get("batches") or {}))
     return "\n".join(lines)
@@ -348,15 +348,19 @@ def format_endpoints(endpoints: dict) -> list[str]:
     return lines
 
 
-def format_exactness(exactness: dict) -> list[str]:
-    """Where the ids came from, how many are proven, and how far the text path can be trusted."""
-    sources = exactness.get("id_sources") or {}
-    lines = ["  exactness:" + ("" if sources else " none")]
-    for source, row in sources.items():
+def format_exactness(exactness: dict, proofs: dict | None = None) -> list[str]:
+    """What proves the ids, how many are proven, and how far the text proof can be trusted."""
+    sources = proofs or exactness.get("id_sources") or {}
+    found = {name: row for name, row in sources.items() if row["samples"]}
+    lines = ["  proofs:" + ("" if found else " none")]
+    for source, row in found.items():
         share = row["verified"] / row["samples"] if row["samples"] else 0.0
         lines.append(
-            f"    ids from {source:<19} {row['samples']}  verified {row['verified']} ({share:.1%})"
+            f"    {printable(source):<9} {row['samples']:>7}  verified {row['verified']} "
+            f"({share:.1%})"
         )
+        if "resplits" in row:
+            lines.extend(format_resplits(row["resplits"]))
     checks = exactness.get("text_checks") or {}
     if checks:
         agreement = exactness.get("text_agreement") or 0.0
@@ -366,6 +370,44 @@ def format_exactness(exactness: dict) -> list[str]:
         )
         lines.extend(f"      {name:<26} {count}" for name, count in checks.items())
     return lines
+
+
+def format_resplits(resplits: dict) -> list[str]:
+    """The text proof's hidden re-splits (``draftgen.reconstruct.resplits.estimate``)."""
+    if not resplits.get("samples"):
+        return []
+    changed = f"{resplits['count_changed']} of {resplits['samples']} answers' counts differ"
+    if resplits.get("estimated_wrong") is None and resplits.get("basis") is None:
+        return [
+            "      re-splits that keep the count: not measured yet (draftgen report measures "
+            f"them); {changed}"
+        ]
+    if resplits.get("estimated_wrong") is None:
+        alone = resplits["pairs"]["alone"]
+        return [
+            "      re-splits that keep the count: cannot be estimated with this tokenizer (only "
+            f"{alone:.0%} of the run's tokens re-encode alone to themselves: it encodes a piece "
+            f"by its place); {changed}"
+        ]
+    if resplits["basis"] == "server_ids":
+        checked = resplits["checked"]
+        basis = (
+            f"the server's ids: {checked['ids_differ']} proven by text with other ids, "
+            f"{checked['count_changed']} counts differ"
+        )
+    else:
+        pairs = resplits["pairs"]
+        basis = (
+            f"{pairs['kept']:,} of {pairs['resplit']:,} re-splitting pairs of this run's tokens, "
+            f"{pairs['drawn']:,} drawn"
+        )
+    wrong_share = resplits.get("estimated_wrong_share") or 0.0
+    return [
+        f"      re-splits that keep the count (a count cannot see them): an estimated "
+        f"{resplits['estimated_wrong']:g} verified samples ({wrong_share:.1%}) hold other ids",
+        f"      basis: {changed}; {resplits['keeps_count']:.1%} of re-splits keep the count "
+        f"({basis}); {resplits['resplit_share']:.1%} of answers re-split",
+    ]
 
 
 def format_estimate(result) -> str:
@@ -473,7 +515,7 @@ def format_sample(sample: dict) -> str:
         + (f" ({printable(sample['detail'])})" if sample.get("detail") else ""),
         f"  provider {printable(str(sample['provider']))}, generation "
         f"{printable(str(sample['generation_id']))}, finish "
-        f"{printable(str(sample['finish_reason']))}, ids from {printable(sample['id_source'])}",
+        f"{printable(str(sample['finish_reason']))}, proof {printable(sample['id_source'])}",
         f"  prompt {prompt_len} tokens, answer {len(sample['input_ids']) - prompt_len} tokens "
         "(the answer is what the loss mask trains on)",
         "  prompt:",

@@ -31,6 +31,7 @@ from draftgen.options.checks import (  # noqa: F401
     OptionError,
     _env_name,
     _json_object,
+    _proofs,
     _shard,
     checked_text,
     kind_of,
@@ -836,6 +837,19 @@ _PROVIDERS_SETTINGS = (
 
 # Options of the commands that are not a run's settings: what the command itself does with them.
 COMMAND_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        name="proofs",
+        flag="--proof",
+        metavar="PROOFS",
+        group="output",
+        toml=False,  # export reads no draftgen.toml
+        commands=("export",),
+        parse=_proofs,
+        help="write only the samples proven by these, comma-separated: ids (the server's own "
+        "ids), logprobs (ids named by the logprobs), text (the text re-encoded and consistent "
+        "with the counts; a re-split that keeps the count cannot be seen, status estimates "
+        "how many); default: every proof",
+    ),
     Setting(
         name="config",
         kind=Path,

@@ -135,6 +135,20 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _proofs(text: str) -> tuple[str, ...]:
+    """``export --proof``: the proofs a user accepts, comma-separated (``records.PROOFS``)."""
+    from draftgen.records import PROOFS
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in PROOFS]
+    if unknown or not names:
+        shown = ", ".join(described(name) for name in unknown) or "nothing"
+        raise OptionError(
+            f"takes {', '.join(PROOFS)}, comma-separated (e.g. ids,logprobs), not {shown}"
+        )
+    return names
+
+
 def checked_text(text: str, kind: type, check: Check) -> int | float:
     """``text`` as an int or float that passes ``check``; OptionError with the CLI's sentence."""
     if kind is int:

@@ -43,7 +43,9 @@ from draftgen.outputs.provenance import (
     sidecar_path,
 )
 from draftgen.outputs.stop_signals import STOP_SIGNALS
+from draftgen.records import PROOFS
 from draftgen.store.database import Store
+from draftgen.store.samples import export_filter
 
 if TYPE_CHECKING:
     from draftgen.outputs.vocab import VocabMapping
@@ -86,6 +88,8 @@ class ExportOptions:
     # The speculators format's vocabulary: draft ids, and the target's (None: the tokenizer's).
     draft_vocab_size: int = DRAFT_VOCAB_SIZE
     target_vocab_size: int | None = None
+    # Only the samples these proofs prove (``records.PROOFS``); None: every proof.
+    proofs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,12 @@ def export(
 def write_export(store: Store, fmt: str, out: Path, options: ExportOptions) -> ExportSummary:
     """``export`` with every option, and what it wrote: the rows, their lengths against the
     trainers' limits and, for ``speculators``, the draft vocabulary."""
-    include_unverified, force = options.include_unverified, options.force
+    include_unverified, force, proofs = options.include_unverified, options.force, options.proofs
     if fmt not in EXPORT_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    unknown = [name for name in proofs or () if name not in PROOFS]
+    if unknown:
+        raise ExportError(f"proofs {unknown[0]!r} is not a proof; use some of {', '.join(PROOFS)}")
     spec = EXPORT_FORMATS[fmt]
     out = Path(out)
     one_file = spec.kind == "file"
@@ -154,7 +161,7 @@ def write_export(store: Store, fmt: str, out: Path, options: ExportOptions) -> E
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create the directory of --out {out} ({exc.strerror})") from None
-    meta = provenance(store, fmt, include_unverified)
+    meta = provenance(store, fmt, include_unverified, proofs)
     with STOP_SIGNALS:
         summary = spec.write(store, out, options, meta)
         late = STOP_SIGNALS.after_swap
@@ -165,12 +172,17 @@ def write_export(store: Store, fmt: str, out: Path, options: ExportOptions) -> E
             signal.Signals(late).name,
             out,
         )
-    summary.lengths = row_lengths(store, include_unverified, options.max_length)
+    summary.lengths = row_lengths(store, include_unverified, options.max_length, proofs)
     summary.caveat = spec.caveat
     return summary
 
 
-def row_lengths(store: Store, include_unverified: bool, max_length: int | None) -> RowLengths:
+def row_lengths(
+    store: Store,
+    include_unverified: bool,
+    max_length: int | None,
+    proofs: tuple[str, ...] | None = None,
+) -> RowLengths:
     """How many of the rows an export holds are longer than each of ``LENGTH_LIMITS`` (and
     ``max_length``): from the stored ids' sizes, without reading the ids."""
     limits = sorted({*LENGTH_LIMITS, *([max_length] if max_length else [])})
@@ -179,20 +191,20 @@ def row_lengths(store: Store, include_unverified: bool, max_length: int | None) 
         "SELECT count(*), coalesce(max(n), 0)"
         + "".join(f", coalesce(sum(n > {int(limit)}), 0)" for limit in limits)
         + f" FROM (SELECT length(s.input_ids) / {itemsize} AS n FROM samples s"
-        " JOIN completions c ON c.key = s.key"
-        + ("" if include_unverified else " WHERE s.verified = 1 AND s.truncated = 0")
-        + ")"
+        " JOIN completions c ON c.key = s.key" + export_filter(include_unverified, proofs) + ")"
     )
     rows, longest, *over = store.db.execute(sql).fetchone()
     return RowLengths(rows, longest, dict(zip(limits, over, strict=True)))
 
 
-def specforge_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
+def specforge_rows(
+    store: Store, include_unverified: bool, proofs: tuple[str, ...] | None = None
+) -> Iterator[dict]:
     """SpecForge records for ``orjson`` with ``JSONL_OPTIONS``: the ids an int32 array, the mask
     its JSON text made at once (each several times faster than a list of Python ints)."""
     import numpy
 
-    for row in store.export_samples(include_unverified):
+    for row in store.export_samples(include_unverified, proofs):
         ids = numpy.asarray(row["input_ids"])
         mask = loss_mask(row["prompt_len"], len(ids), off=b"0,", on=b"1,")[:-1]
         yield specforge_row(row, ids, orjson.Fragment(b"[" + mask + b"]"))
@@ -290,9 +302,15 @@ def speculators_schema():
     )
 
 
-def write_parquet(store: Store, path: Path, include_unverified: bool, meta: dict) -> int:
+def write_parquet(
+    store: Store,
+    path: Path,
+    include_unverified: bool,
+    meta: dict,
+    proofs: tuple[str, ...] | None = None,
+) -> int:
     """The ``parquet`` format's file (``write_parquet_rows`` of ``parquet_rows``)."""
-    rows = parquet_rows(store, include_unverified, meta)
+    rows = parquet_rows(store, include_unverified, meta, proofs)
     return write_parquet_rows(path, rows, parquet_schema(), meta)
 
 
@@ -312,12 +330,14 @@ def write_parquet_rows(path: Path, records: Iterator[dict], schema, meta: dict) 
     return written
 
 
-def parquet_rows(store: Store, include_unverified: bool, meta: dict) -> Iterator[dict]:
+def parquet_rows(
+    store: Store, include_unverified: bool, meta: dict, proofs: tuple[str, ...] | None = None
+) -> Iterator[dict]:
     """SpecForge records with ``seq_len`` and the ``draftgen`` column, their ids and mask numpy
     arrays."""
     import numpy
 
-    for row in store.export_samples(include_unverified):
+    for row in store.export_samples(include_unverified, proofs):
         ids = numpy.asarray(row["input_ids"])
         mask = numpy.frombuffer(loss_mask(row["prompt_len"], len(ids)), dtype=numpy.int8)
         record = specforge_row(row, ids, mask)
@@ -326,13 +346,19 @@ def parquet_rows(store: Store, include_unverified: bool, meta: dict) -> Iterator
         yield record
 
 
-def speculators_rows(store: Store, include_unverified: bool, meta: dict, counts) -> Iterator[dict]:
+def speculators_rows(
+    store: Store,
+    include_unverified: bool,
+    meta: dict,
+    counts,
+    proofs: tuple[str, ...] | None = None,
+) -> Iterator[dict]:
     """speculators' rows (``input_ids``, ``loss_mask``, ``seq_len``) and the ``draftgen``
     column; each row's generated ids counted into ``counts`` (a ``SupervisedCounts``) as it
     goes, so the vocabulary is that of the rows written."""
     import numpy
 
-    for row in store.export_samples(include_unverified):
+    for row in store.export_samples(include_unverified, proofs):
         ids = numpy.asarray(row["input_ids"])
         counts.add(ids, row["prompt_len"])
         yield {
@@ -395,7 +421,7 @@ def write_hf_dataset(store: Store, out: Path, options: ExportOptions, meta: dict
         card = dataset_card(meta, written, HF_COLUMNS, usage)
         (staged / "README.md").write_text(card, encoding="utf-8")
 
-    rows = parquet_rows(store, options.include_unverified, meta)
+    rows = parquet_rows(store, options.include_unverified, meta, options.proofs)
     written = _save_dataset(out, rows, parquet_schema(), meta, options, finish)
     return ExportSummary(written)
 
@@ -434,7 +460,7 @@ def write_speculators(store: Store, out: Path, options: ExportOptions, meta: dic
         card = dataset_card(meta, written, SPECULATORS_COLUMNS, usage)
         (staged / "README.md").write_text(card, encoding="utf-8")
 
-    rows = speculators_rows(store, options.include_unverified, meta, counts)
+    rows = speculators_rows(store, options.include_unverified, meta, counts, options.proofs)
     summary.rows = _save_dataset(
         out, rows, speculators_schema(), meta, options, finish, SPECULATORS_SHUFFLE_SEED
     )
@@ -529,13 +555,15 @@ def _is_saved_dataset(path: Path) -> bool:
 # -- specforge-text -------------------------------------------------------------------------------
 
 
-def specforge_text_rows(store: Store, include_unverified: bool) -> Iterator[dict]:
+def specforge_text_rows(
+    store: Store, include_unverified: bool, proofs: tuple[str, ...] | None = None
+) -> Iterator[dict]:
     """SpecForge conversations: the messages sent for a turn, then the answer the model gave."""
     from draftgen.profiles import DERIVED_LAYOUT, run_profile_named
 
     name = store.meta("profile")
     profile = run_profile_named(name, store.meta(DERIVED_LAYOUT)) if name else None
-    for stored, verdict in store.export_completions(include_unverified):
+    for stored, verdict in store.export_completions(include_unverified, proofs):
         row = {
             "id": f"{stored.source_id}:{stored.turn}",
             "conversations": [*stored.messages, assistant_message(stored.completion, profile)],
@@ -625,18 +653,20 @@ def _fsync(path: Path) -> None:
 
 
 def _specforge(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
-    rows = specforge_rows(store, options.include_unverified)
+    rows = specforge_rows(store, options.include_unverified, options.proofs)
     return ExportSummary(_atomic_file(out, lambda path: _write_jsonl(rows, path), meta))
 
 
 def _specforge_text(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
-    rows = specforge_text_rows(store, options.include_unverified)
+    rows = specforge_text_rows(store, options.include_unverified, options.proofs)
     return ExportSummary(_atomic_file(out, lambda path: _write_jsonl(rows, path), meta))
 
 
 def _parquet(store: Store, out: Path, options: ExportOptions, meta: dict) -> ExportSummary:
     # The provenance is in the file: no sidecar.
-    write = lambda path: write_parquet(store, path, options.include_unverified, meta)  # noqa: E731
+    def write(path: Path) -> int:
+        return write_parquet(store, path, options.include_unverified, meta, options.proofs)
+
     return ExportSummary(_atomic_file(out, write))
 
 

@@ -24,8 +24,11 @@ METADATA_KEY = "draftgen"
 SIDECAR_SUFFIX = ".meta.json"
 
 
-def provenance(store: Store, fmt: str, include_unverified: bool) -> dict:
-    """The provenance of an export of ``store`` in ``fmt`` (its rows counted by the writer)."""
+def provenance(
+    store: Store, fmt: str, include_unverified: bool, proofs: tuple[str, ...] | None = None
+) -> dict:
+    """The provenance of an export of ``store`` in ``fmt`` (its rows counted by the writer);
+    ``proofs``: the only proofs its rows hold (None: every one)."""
     raw = store.meta("settings")
     settings = orjson.loads(raw) if raw else {}
     raw = store.meta("sources")
@@ -63,6 +66,7 @@ def provenance(store: Store, fmt: str, include_unverified: bool) -> dict:
         "simulator": simulator,
         "sources": sources,
         "include_unverified": include_unverified,
+        "proofs": list(proofs) if proofs is not None else None,
         "verification": figures,
         "verified_share": round(figures["verified"] / figures["samples"], 6)
         if figures["samples"]

@@ -36,6 +36,7 @@ from draftgen.outputs.report_page import (  # noqa: F401
     throughput_chart,
 )
 from draftgen.outputs.show import sample_tokens
+from draftgen.reconstruct.resplits import proof_figures, record_pairs, stored_pairs
 from draftgen.reconstruct.verify import unproven_figures
 from draftgen.store.batch_timing import batch_rounds
 from draftgen.store.database import REJECTED_NAME, Store
@@ -197,6 +198,8 @@ def build_report(store: Store) -> dict:
         "unproven": unproven_figures(counts["reasons"], counts["samples"]),
         "throughput": flow,
         "exactness": counts["exactness"],
+        # Samples by proof; the text proof's re-splits a count cannot see, estimated.
+        "proofs": proofs(store),
         "endpoints": endpoints(counts.get("endpoints") or {}, rows),
         # run --batch: batches by state and status, and what the API charged (usage.cost).
         "batches": counts.get("batches") or {},
@@ -204,6 +207,19 @@ def build_report(store: Store) -> dict:
         "batch_rounds": batch_rounds(store.db, time.time()) if batch_run else [],
         "sample_rows": sample_rows(store, rows),
     }
+
+
+def proofs(store: Store) -> dict:
+    """``proof_figures``; the pairs it needs measured here for a run whose reconstruction did
+    not (a store from before), unless the run's tokenizer does not load."""
+    if stored_pairs(store) is None and store.meta("tokenizer"):
+        try:
+            from draftgen.tokens.tokenizer import load_tokenizer
+
+            record_pairs(store, load_tokenizer(store.meta("tokenizer")))
+        except Exception:  # the counts are still worth having: the estimate says "not measured"
+            pass
+    return proof_figures(store)
 
 
 def totals(counts: dict, failures: int) -> dict:

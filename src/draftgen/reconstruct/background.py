@@ -27,6 +27,7 @@ from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
+from draftgen.reconstruct.resplits import record_pairs, stored_pairs
 from draftgen.reconstruct.text import strips_are_invisible
 from draftgen.reconstruct.tool_rewrites import (
     ESCAPED_TEXT,
@@ -106,7 +107,23 @@ def reconstruct_all(
     flag_invisible_strips(store, tokenizer, profile)
     flag_unproven_renderers(store, tokenizer, profile)
     flag_reserialising_providers(store, tokenizer, profile)
+    if made or stored_pairs(store) is None:
+        measure_resplits(store, tokenizer)
     return made
+
+
+def measure_resplits(store: Store, tokenizer) -> None:
+    """Measure what a count cannot see, for status and the report (``resplits``): a figure of
+    the run, never a reason for its reconstruction to fail."""
+    try:
+        record_pairs(store, tokenizer)
+    except Exception as exc:  # an estimate, not the samples: say so and go on
+        logging.getLogger("draftgen.reconstruct").warning(
+            "the text proof's re-splits could not be measured (%s: %s); status shows them as "
+            "not measured",
+            type(exc).__name__,
+            exc,
+        )
 
 
 class SampleWriter:

@@ -29,6 +29,7 @@ from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile
 from draftgen.reconstruct.background import BackgroundReconstruction
+from draftgen.reconstruct.resplits import proof_figures
 from draftgen.run.context import RunContext
 from draftgen.run.outcome import RunSummary
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
@@ -279,6 +280,7 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
         # in a file nothing can open again.
         store.identity.check(store.db)
         counts = store.counts()
+        counts["proofs"] = proof_figures(store)  # the run's last words are what status says
         return RunSummary(progress, counts, stopped=ending.stopped, signal=ending.signal)
     finally:
         if refused and new_store:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from draftgen.generate.progress import RunProgress
 from draftgen.inputs.shard import Shard
+from draftgen.reconstruct.resplits import proof_figures
 from draftgen.run.outcome import RunSummary
 from draftgen.run.pipeline import RunError, RunOptions, run
 from draftgen.store.database import DB_NAME, Store
@@ -77,6 +78,7 @@ def run_on_ray(options: RunOptions, shards: int, address: str | None = None) -> 
     merge_runs(shard_dirs, out, replace=True)
     with Store(out, create=False) as store:
         counts = store.counts()
+        counts["proofs"] = proof_figures(store)
     stopped = next((stop for _, stop in results if stop), None)
     return RunSummary(progress=RunProgress(), counts=counts, stopped=stopped)
 

@@ -59,6 +59,9 @@ HOSTILE: tuple[str, ...] = (
 # Per-completion alterations. Ground truth always keeps the ids the model really produced.
 QUIRKS: tuple[str, ...] = (
     "drift",  # one token replaced by two ids with the same bytes (non-canonical segmentation)
+    # The model writes two of its tokens whose joined text re-encodes to other ids: some keep
+    # the count (` is`+`the` read back as ` ist`+`he`), which a count cannot see.
+    "resplit",
     "strip_whitespace",  # provider strips leading/trailing whitespace from content
     "leak_eot",  # provider leaves the end-of-turn text at the end of content
     "no_split",  # provider does not split: everything in content, reasoning null/absent

@@ -74,6 +74,21 @@ class TokenTable:
                 "token bytes do not reassemble the encoded text"
             )
         self._fragment_tokens: dict[str, int] = {}
+        self._resplits: dict[tuple[int, int], bool] = {}
+
+    def resplits(self, pair: tuple[int, int]) -> bool:
+        """Whether the text of these two ordinary ids, alone, re-encodes to other ids (False
+        when their joined bytes are not text)."""
+        found = self._resplits.get(pair)
+        if found is None:
+            try:
+                text = (self.token_bytes[pair[0]] + self.token_bytes[pair[1]]).decode("utf-8")
+            except UnicodeDecodeError:
+                found = False
+            else:
+                found = encode(self.tokenizer, text) != list(pair)
+            self._resplits[pair] = found
+        return found
 
     def _single_id(self, text: str) -> int:
         ids = encode(self.tokenizer, text)
@@ -187,6 +202,8 @@ class Plan:
     total_tokens: int
     reasoning_share: float
     drift: bool = False
+    # The model writes a pair of tokens whose joined text re-encodes to other ids (a re-split).
+    resplit: bool = False
     empty_reasoning: bool = False
     unclosed_reasoning: bool = False
     tool_call_text: bool = False
@@ -216,8 +233,13 @@ def generate(
     if max_tokens is not None and max_tokens < total:
         finish_reason = "length"
         sections = _truncate(sections, max_tokens)
+    resplit_at: int | None = None
+    if plan.resplit:
+        resplit_at = _apply_resplit(table, sections, rng)
     if drifted_at is not None and drifted_at < sum(len(s.ids) for s in sections):
         quirks.insert(0, "drift")
+    if resplit_at is not None and resplit_at + 1 < sum(len(s.ids) for s in sections):
+        quirks.insert(0, "resplit")
     if finish_reason == "stop" and plan.tool_call is not None:
         finish_reason = "tool_calls"
 
@@ -361,6 +383,36 @@ def _apply_drift(table: TokenTable, sections: list[Section], rng: random.Random)
             sections[si].ids[pos : pos + 1] = list(pair)
             return flat_index
     return None
+
+
+# Draws of a token pair a re-split tries before it gives up (an answer of few or plain tokens).
+RESPLIT_DRAWS = 400
+
+
+def _apply_resplit(table: TokenTable, sections: list[Section], rng: random.Random) -> int | None:
+    """Insert a token pair whose joined bytes re-encode to other ids inside the reasoning or
+    the content; return the flat index of its first token.
+
+    The pair is drawn from the answer's own tokens, each alone, as a model that picks its next
+    token without regard to how the text will re-encode does: whether the re-split keeps the
+    count (` is`+`the` read back as ` ist`+`he`) or changes it is the tokenizer's to say.
+    """
+    texts = [i for i, s in enumerate(sections) if s.kind in ("reasoning", "content") and s.ids]
+    pool = [t for i in texts for t in sections[i].ids if not table.special[t]]
+    if not pool:
+        return None
+    for _ in range(RESPLIT_DRAWS):
+        pair = (rng.choice(pool), rng.choice(pool))
+        if table.resplits(pair):
+            break
+    else:
+        return None
+    where = rng.choice(texts)
+    section = sections[where]
+    # Inside the section, never at its edges: whitespace there is what providers strip.
+    position = rng.randint(1, len(section.ids) - 1) if len(section.ids) > 1 else 0
+    section.ids[position:position] = list(pair)
+    return sum(len(s.ids) for s in sections[:where]) + position
 
 
 def _truncate(sections: list[Section], limit: int) -> list[Section]:

@@ -23,7 +23,9 @@ from draftgen.simulator.model import ModelOutput, prompt_layout
 from draftgen.tokens.tokenizer import decode, encode
 
 # What a server without a provider's parser can still show: the model's own doing.
-MODEL_QUIRKS = frozenset({"drift", "empty_reasoning", "unclosed_reasoning", "tool_call_text"})
+MODEL_QUIRKS = frozenset(
+    {"drift", "resplit", "empty_reasoning", "unclosed_reasoning", "tool_call_text"}
+)
 # SGLang's SamplingParams default when the request leaves max_new_tokens out (null: no limit).
 DEFAULT_MAX_NEW_TOKENS = 128
 ABORT_MESSAGE = "Abort in waiting queue: the scheduler was restarted"

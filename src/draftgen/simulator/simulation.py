@@ -213,6 +213,7 @@ class Simulator(ChatRoute, ListingRoutes):
             total_tokens=rng.randint(cfg.min_tokens, cfg.max_tokens),
             reasoning_share=rng.uniform(0.3, 0.7),
             drift="drift" in drawn,
+            resplit="resplit" in drawn,
             empty_reasoning="empty_reasoning" in drawn,
             unclosed_reasoning="unclosed_reasoning" in drawn,
             tool_call_text="tool_call_text" in drawn,

@@ -11,12 +11,12 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import orjson
 
-from draftgen.records import StoredCompletion, TokenSample, proof_name
+from draftgen.records import OLD_PROOF_NAMES, StoredCompletion, TokenSample, proof_name
 from draftgen.store import writer
 from draftgen.store.completions import _stored_completion
 from draftgen.store.identity import DB_NAME, StoreError
@@ -157,13 +157,18 @@ class SamplesMixin:
             [(reason, detail, key) for key, reason, detail in flags],
         )
 
-    def export_rows(self, include_unverified: bool) -> Iterator[dict]:
-        """The samples an export holds, in order, ``input_ids`` a list of ints."""
-        for row in self.export_samples(include_unverified):
+    def export_rows(
+        self, include_unverified: bool, proofs: Collection[str] | None = None
+    ) -> Iterator[dict]:
+        """The samples an export holds, in order, ``input_ids`` a list of ints; with ``proofs``,
+        only the samples proven by one of them (``records.PROOFS``)."""
+        for row in self.export_samples(include_unverified, proofs):
             row["input_ids"] = row["input_ids"].tolist()
             yield row
 
-    def export_samples(self, include_unverified: bool) -> Iterator[dict]:
+    def export_samples(
+        self, include_unverified: bool, proofs: Collection[str] | None = None
+    ) -> Iterator[dict]:
         """``export_rows`` with ``input_ids`` an ``array("i")``, for writers that take the ids as
         one buffer (numpy, Arrow) rather than a Python int each."""
         sql = """
@@ -171,8 +176,7 @@ class SamplesMixin:
                    s.prompt_len, s.verified, s.reason, s.truncated, s.id_source
             FROM samples s JOIN completions c ON c.key = s.key
         """
-        if not include_unverified:
-            sql += " WHERE s.verified = 1 AND s.truncated = 0"
+        sql += export_filter(include_unverified, proofs)
         # The ids are read after the sort, a sample at a time, from the snapshot the sorted
         # statement holds open: sorting rows that carry them would first copy every id through
         # SQLite's sorter (a temporary file as large as the ids).
@@ -206,7 +210,7 @@ class SamplesMixin:
                 "finish_reason": finish,
                 "provider": provider,
                 "generation_id": generation_id,
-                "id_source": proof_name(id_source),  # a store's "server" is today's "ids"
+                "id_source": proof_name(id_source),
             }
 
     def sample_record(self, sample_id: str) -> dict | None:
@@ -239,25 +243,25 @@ class SamplesMixin:
             "finish_reason": finish,
             "provider": provider,
             "generation_id": generation_id,
-            "id_source": proof_name(id_source),  # a store's "server" is today's "ids"
+            "id_source": proof_name(id_source),
         }
 
     def export_completions(
-        self, include_unverified: bool
+        self, include_unverified: bool, proofs: Collection[str] | None = None
     ) -> Iterator[tuple[StoredCompletion, dict]]:
         """The completions of the samples ``export_rows`` yields, in the same order, each with
-        its verdict (``verified``, ``verify_reason``): for exports that keep text, not ids."""
+        its verdict (``verified``, ``verify_reason``) and proof (``id_source``): for exports that
+        keep text, not ids."""
         sql = (
             SELECT_COMPLETIONS.replace(
                 "SELECT ",
                 "SELECT s.verified AS sample_verified, s.truncated AS sample_truncated,"
-                " s.reason AS sample_reason, ",
+                " s.reason AS sample_reason, s.id_source AS sample_id_source, ",
                 1,
             )
             + " JOIN samples s ON s.key = c.key"
+            + export_filter(include_unverified, proofs)
         )
-        if not include_unverified:
-            sql += " WHERE s.verified = 1 AND s.truncated = 0"
         cursor = self.db.execute(sql + " ORDER BY c.source_id, c.turn, c.key")
         names = [d[0] for d in cursor.description]
         for values in cursor:
@@ -266,8 +270,24 @@ class SamplesMixin:
             verdict = {
                 "verified": bool(verified) and not truncated,
                 "verify_reason": row.pop("sample_reason"),
+                "id_source": proof_name(row.pop("sample_id_source")),
             }
             yield _stored_completion(row), verdict
+
+
+def export_filter(include_unverified: bool, proofs: Collection[str] | None = None) -> str:
+    """The WHERE clause (or "") of the samples an export holds, over ``samples s``: verified
+    ones unless ``include_unverified``, and with ``proofs`` only those proven by one of them
+    (an old store's "server" is "ids")."""
+    conditions = [] if include_unverified else ["s.verified = 1 AND s.truncated = 0"]
+    if proofs is not None:
+        stored = {name for name in proofs} | {
+            old for old, name in OLD_PROOF_NAMES.items() if name in proofs
+        }
+        # The names are checked against PROOFS where they are given; quoted here all the same.
+        names = ", ".join("'" + name.replace("'", "''") + "'" for name in sorted(stored))
+        conditions.append(f"s.id_source IN ({names})")
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
 
 
 def sample_row(sample: TokenSample) -> tuple:
@@ -281,7 +301,7 @@ def sample_row(sample: TokenSample) -> tuple:
         sample.reason,
         sample.detail,
         int(sample.truncated),
-        sample.id_source,
+        proof_name(sample.id_source),
         sample.text_check,
     )
 

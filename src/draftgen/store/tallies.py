@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 
+from draftgen.records import PROOFS, proof_name
 from draftgen.store.batch_timing import ENDED, IN_FLIGHT, batch_timing, billed_without_rows
 from draftgen.store.calibration import calibration_cost
 from draftgen.store.identity import REJECTED_NAME, RunLock
@@ -338,16 +339,24 @@ class TalliesMixin:
             row["error_kinds"] = dict(sorted(row["error_kinds"].items(), key=lambda i: -i[1]))
         return dict(sorted(figures.items(), key=lambda item: (-item[1]["requests"], item[0])))
 
+    def proof_counts(self) -> dict[str, dict]:
+        """Samples and verified samples by proof, every one of ``records.PROOFS`` in its order
+        (an old store's names read as the new)."""
+        counts = {name: {"samples": 0, "verified": 0} for name in PROOFS}
+        for source, samples, verified in self.db.execute(
+            "SELECT id_source, count(*), coalesce(sum(verified = 1 AND truncated = 0), 0)"
+            " FROM samples GROUP BY id_source"
+        ):
+            row = counts.setdefault(proof_name(source), {"samples": 0, "verified": 0})
+            row["samples"] += samples
+            row["verified"] += verified
+        return counts
+
     def exactness(self) -> dict:
-        """Per id source (server | logprobs | text): samples, verified; and, where the server
+        """Per proof (ids | logprobs | text) found: samples, verified; and, where the server
         gave the ids, how often the text path rebuilt exactly them (``text_check``)."""
-        by_source = {
-            source: {"samples": samples, "verified": verified}
-            for source, samples, verified in self.db.execute(
-                "SELECT id_source, count(*), coalesce(sum(verified = 1 AND truncated = 0), 0)"
-                " FROM samples GROUP BY id_source ORDER BY 2 DESC"
-            )
-        }
+        found = [(name, row) for name, row in self.proof_counts().items() if row["samples"]]
+        by_source = dict(sorted(found, key=lambda item: -item[1]["samples"]))
         checks = dict(
             self.db.execute(
                 "SELECT text_check, count(*) FROM samples WHERE text_check <> ''"
