@@ -139,6 +139,10 @@ class ModeResult:
     resplit_same_count: int = 0
     status: dict = field(default_factory=dict)  # draftgen status --json
     wrong_examples: list = field(default_factory=list)
+    engine_answers: list = field(default_factory=list)  # each row's engine completion ids
+    # Each verified row that is not the engine's: its proof, and whether the count, the text
+    # and the prompt ids still agree (a re-split a count cannot see) or not (a gross error).
+    verified_differences: list = field(default_factory=list)
 
     def table_row(self) -> str:
         flagged = ", ".join(f"{n} {reason}" for reason, n in self.flagged.most_common()) or "0"
@@ -166,7 +170,7 @@ def run_mode(
     encode: Callable[[str], list[int]],
     decode: Callable[[list[int]], str],
     seed: int = 1,
-    max_tokens: int = 96,
+    max_tokens: int = 128,
 ) -> ModeResult:
     """Run ``mode`` end to end (run, export, status) and compare every row with the engine."""
     slug = "".join(c if c.isalnum() else "-" for c in mode.name).strip("-")
@@ -218,6 +222,7 @@ def compare(
         result.rows += 1
         result.exact += equal
         result.answers += 1
+        result.engine_answers.append(truth.completion_ids)
         again = encode(decode(truth.completion_ids))
         if again != truth.completion_ids:
             result.resplit += 1
@@ -227,6 +232,18 @@ def compare(
             proof = row.get("id_source") or "?"
             result.proofs[proof] += 1
             if not equal:
+                prompt = len(truth.prompt_ids)
+                completion = row["input_ids"][prompt:]
+                result.verified_differences.append(
+                    {
+                        "proof": proof,
+                        "prompt_equal": row["input_ids"][:prompt] == truth.prompt_ids,
+                        "same_count": len(completion) == len(truth.completion_ids),
+                        "same_text": decode(completion) == decode(truth.completion_ids),
+                        "exported": decode(completion),
+                        "engine": decode(truth.completion_ids),
+                    }
+                )
                 result.verified_wrong += 1
                 result.wrong_by_proof[proof] += 1
                 if len(result.wrong_examples) < 5:
@@ -312,9 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             for example in result.wrong_examples:
                 print(f"    wrong: {example}", flush=True)
             if options.json:
-                summary = {
-                    k: v for k, v in vars(result).items() if k not in ("status", "wrong_examples")
-                }
+                left_out = ("status", "wrong_examples", "engine_answers", "verified_differences")
+                summary = {k: v for k, v in vars(result).items() if k not in left_out}
                 summary["proofs_status"] = result.status.get("proofs")
                 print("    " + json.dumps(summary))
     finally:

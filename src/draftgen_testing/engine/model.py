@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # Bump when the chain, the config or the weights' layout change: the model directory is rebuilt.
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 SERVED_NAME = "draftgen-tiny-qwen3"
 VOCAB_ROWS = 151936  # Qwen3's embedding rows (the tokenizer has 151669 tokens; the rest pad)
 HIDDEN = 64  # one head of 64: the CPU attention has no kernel for head_dim 16
@@ -24,14 +24,14 @@ FLOOR_LOGIT = -40.0
 IM_END, THINK, END_THINK = "<|im_end|>", "<think>", "</think>"
 
 # Words of the reasoning and of the answer, disjoint so that the state knows where it is. Some
-# pairs re-encode to other ids when their text is encoded at once: "the"+"the" -> "th"+"ethe",
-# " "+"😊" -> two other byte tokens, "."+"Okay" -> ".O"+"kay", " is"+"the" -> " ist"+"he",
-# "  "+"," -> " "+" ,", " "+"中文" -> " 中"+"文" (all keep the count), "the"+"he" and ","+","
-# (change it). Weights are relative; the rates are set so that about one answer in six
-# re-encodes differently (docs/verification.md, "Against a real engine").
+# pairs re-encode to other ids when their text is encoded at once: " is"+"the" -> " ist"+"he",
+# "the"+"the" -> "th"+"ethe", "  "+"," -> " "+" ,", " "+"中文" -> " 中"+"文", " "+"😊" -> two
+# other byte tokens (all keep the count); " "+"Okay" -> " Okay", ","+"," -> ",," (change it).
+# The weights set the rates: about one answer in ten with reasoning re-encodes to other ids, close
+# to half of those at the same count (docs/verification.md, "Against a real engine").
 REASONING_WORDS = {
     "Okay": 4,
-    ",": 1.5,
+    ",": 1,
     " the": 8,
     " user": 5,
     " asks": 3,
@@ -41,7 +41,7 @@ REASONING_WORDS = {
     " about": 3,
     " it": 4,
     "  ": 0.25,
-    " ": 0.3,
+    " ": 0.15,
     "中文": 2,
     "😊": 1,
 }
@@ -52,7 +52,7 @@ ANSWER_WORDS = {
     " is": 5,
     " answer": 4,
     " cat": 4,
-    "!": 1.5,
+    "!": 1,
     "你好": 2,
     " question": 3,
     " good": 3,

@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 TEXT, PASSTHROUGH = "text", "passthrough"
+_SESSION = web.AppKey("session", aiohttp.ClientSession)
 # What a response carries only because it is vLLM (or because the proxy asked for ids).
 _VLLM_TOP_FIELDS = (
     "prompt_token_ids",
@@ -81,10 +82,10 @@ def proxy_app(upstream: str, mode: str, recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
 
     async def start_session(app: web.Application) -> None:
-        app["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        app[_SESSION] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
 
     async def close_session(app: web.Application) -> None:
-        await app["session"].close()
+        await app[_SESSION].close()
 
     app.on_startup.append(start_session)
     app.on_cleanup.append(close_session)
@@ -95,14 +96,14 @@ def proxy_app(upstream: str, mode: str, recorder: Recorder) -> web.Application:
         sent = {**body, "return_token_ids": True, "seed": prompt_seed(body)}
         if mode == TEXT:
             _as_openrouter_sends(sent)
-        session: aiohttp.ClientSession = request.app["session"]
+        session: aiohttp.ClientSession = request.app[_SESSION]
         async with session.post(upstream + request.path, json=sent, headers=_auth(request)) as up:
             if up.status != 200 or not body.get("stream"):
                 return await _whole(request, up, body, mode, asked_ids, recorder)
             return await _streamed(request, up, body, mode, asked_ids, recorder)
 
     async def models(request: web.Request) -> web.Response:
-        session: aiohttp.ClientSession = request.app["session"]
+        session: aiohttp.ClientSession = request.app[_SESSION]
         async with session.get(upstream + request.path, headers=_auth(request)) as up:
             payload = await up.read()
             if up.status != 200 or mode == PASSTHROUGH:
@@ -120,7 +121,7 @@ def proxy_app(upstream: str, mode: str, recorder: Recorder) -> web.Application:
             return web.json_response(
                 {"error": {"code": 404, "message": f"no route {request.path}"}}, status=404
             )
-        session: aiohttp.ClientSession = request.app["session"]
+        session: aiohttp.ClientSession = request.app[_SESSION]
         data = await request.read()
         async with session.request(
             request.method, upstream + request.path_qs, data=data, headers=_auth(request)
