@@ -1,7 +1,5 @@
-"""The engine harness without the engine: the tiny model's chain and the recording proxy's faces.
-
-In the default suite (no vLLM needed): the proxy is put in front of a fake upstream answering
-with vLLM 0.32's shapes as measured (docs/verification.md, "Against a real engine").
+"""The engine harness without the engine (default suite): the tiny model's chain, and the proxy's
+two faces before a fake upstream answering in vLLM 0.32's measured shapes.
 """
 
 from __future__ import annotations
