@@ -1,7 +1,7 @@
 """The engine's tiny Qwen3 model: a Markov chain over real Qwen3 tokens, written as weights.
 
-The residual stream carries only the last token's class (attention and MLP write exactly 0), so
-``lm_head`` alone sets the next token's distribution: ``CHAIN`` below, sampled by vLLM itself.
+The residual stream carries only the last token's state (attention and MLP write exactly 0), so
+``lm_head`` alone sets the next token's distribution: ``STATES`` below, sampled by vLLM itself.
 """
 
 from __future__ import annotations
