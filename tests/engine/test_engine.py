@@ -232,25 +232,39 @@ def test_text_only_rows_hold_nothing_the_engine_did_not_write(mode_result, name)
         assert difference["prompt_equal"], shown
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(strict=False, reason="status has no re-split estimate yet"),
-            id=name,
-        )
-        for name in TEXT_MODES
-        if name != "text, thinking off"  # 1 hidden re-split in 70: no figure to halve or double
-    ],
-)
-def test_the_runs_resplit_estimate_is_within_twice_the_truth(mode_result, name):
-    result = mode_result(name)
-    resplits = result.status["proofs"]["text"]["resplits"]
+# The hidden re-splits are a few in a hundred answers: the estimate is checked on a run of its own,
+# large enough that the truth is not a handful (about 20 of 280 at this model's rates).
+ESTIMATE_PROMPTS = 240
+
+
+@pytest.mark.xfail(strict=False, reason="status has no re-split estimate yet (item 3)")
+def test_the_runs_resplit_estimate_is_within_twice_the_truth(engine, tmp_path, qwen3_tokenizer):
+    """Behind the text-only face, the run's own estimate of the verified text-proof samples
+    whose ids are not the engine's (re-splits at the same count) against that count itself."""
+    prompts = tmp_path / "estimate.jsonl"
+    rows = engine_prompts(ESTIMATE_PROMPTS)
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tokenizer = qwen3_tokenizer[1]
+    mode = next(m for m in MODES if m.name == "text, --no-stream")
+
+    def in_process(*args: str):
+        return draftgen(*args, env_extra={KEY_ENV: "engine-test"})
+
+    result = measure_mode(
+        mode,
+        engine.base_url(TEXT),
+        engine.recorder,
+        prompts,
+        tmp_path,
+        in_process,
+        lambda text: tokenizer.encode(text, add_special_tokens=False),
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        seed=SEED,
+    )
     truth = result.wrong_by_proof["text"]
-    estimate = resplits["estimated_wrong"]
-    assert truth >= 1, "the engine's answers hold no hidden re-split to estimate"
-    assert truth / 2 <= estimate <= truth * 2, (estimate, truth, resplits)
+    assert truth >= 10, "too few hidden re-splits to judge an estimate by"
+    resplits = result.status["proofs"]["text"]["resplits"]
+    assert truth / 2 <= resplits["estimated_wrong"] <= truth * 2, (truth, resplits)
 
 
 def _answered_call(i: int, arguments) -> dict:

@@ -144,19 +144,25 @@ class ModeResult:
     # and the prompt ids still agree (a re-split a count cannot see) or not (a gross error).
     verified_differences: list = field(default_factory=list)
 
+    def estimate(self) -> str:
+        """The run's own estimate of its text proof's hidden re-splits (``draftgen status``)."""
+        text = (self.status.get("proofs") or {}).get("text") or {}
+        wrong = (text.get("resplits") or {}).get("estimated_wrong")
+        return "-" if wrong is None else f"{wrong:g} (truth {self.wrong_by_proof['text']})"
+
     def table_row(self) -> str:
         flagged = ", ".join(f"{n} {reason}" for reason, n in self.flagged.most_common()) or "0"
         proofs = ", ".join(f"{n} {p}" for p, n in sorted(self.proofs.items())) or "-"
         return (
             f"| {self.mode} | {self.verified} of {self.rows} | {self.verified_wrong} | {flagged} "
             f"| {proofs} | {self.resplit} ({self.resplit_same_count} same count) of "
-            f"{self.answers} | {self.failures} |"
+            f"{self.answers} | {self.estimate()} | {self.failures} |"
         )
 
 
 TABLE_HEAD = (
-    "| mode | verified | verified and wrong | flagged | proofs | engine re-splits | failed |\n"
-    "|---|---|---|---|---|---|---|"
+    "| mode | verified | verified and wrong | flagged | proofs | engine re-splits "
+    "| hidden re-splits estimated | failed |\n|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -179,7 +185,7 @@ def run_mode(
         "run", "--input", str(prompts), "--out", str(out), "--no-config",
         "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", "fixture:qwen3",
         "--api-key-env", KEY_ENV, "--temperature", "1", "--seed", str(seed),
-        "--max-tokens", str(max_tokens), "--concurrency", "8", "--no-calibrate",
+        "--max-tokens", str(max_tokens), "--concurrency", "8",
         "--retry-base-delay", "0.05", "--max-attempts", "3", *mode.flags,
     ]  # fmt: skip
     result = ModeResult(mode.name)
