@@ -27,24 +27,12 @@ PROMPTS = 60
 SEED = 1
 IM_END, THINK, END_THINK = 151645, 151667, 151668
 # The proofs that claim the engine's own ids ("server" is the ids proof's name before issue 40).
-ID_PROOFS = ("ids", "server", "logprobs")
+ID_PROOFS = ("ids", "logprobs")
 MODE_NAMES = [mode.name for mode in MODES]
 TEXT_MODES = [mode.name for mode in MODES if mode.proxy == TEXT]
 PASSTHROUGH_DEFAULT = [
     mode.name for mode in MODES if mode.proxy == PASSTHROUGH and "--backend" not in mode.flags
 ]
-# What main (89ae338) cannot do yet, each waiting for a branch of this round (issue 40): the
-# default backend's streams carry no usage (it never asks for stream_options.include_usage), an
-# answer ending inside its reasoning is rebuilt with a </think> it never had, the thinking switch
-# goes to vLLM as OpenRouter's reasoning (branches textpath, probe); the default backend does not
-# ask vLLM for its ids (probe); status has no re-split estimate (proof).
-NEEDS_TEXT_PATH = set(TEXT_MODES) | set(PASSTHROUGH_DEFAULT)
-NEEDS_PROBE = set(PASSTHROUGH_DEFAULT)
-
-
-def waiting_for(name: str, needs: set[str], reason: str):
-    marks = [pytest.mark.xfail(strict=False, reason=reason)] if name in needs else []
-    return pytest.param(name, marks=marks, id=name)
 
 
 @pytest.fixture(scope="module")
@@ -188,38 +176,20 @@ def test_rows_proven_by_ids_are_the_engines(mode_result, name):
     assert sum(result.wrong_by_proof[p] for p in ID_PROOFS) == 0, result.wrong_examples
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        waiting_for(name, NEEDS_TEXT_PATH, "the default backend's text path (issue 40, item 4)")
-        for name in MODE_NAMES
-    ],
-)
+@pytest.mark.parametrize("name", MODE_NAMES)
 def test_each_mode_verifies_most_rows(mode_result, name):
     result = mode_result(name)
     assert result.verified >= 0.85 * result.rows, (result.flagged, result.proofs)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        waiting_for(name, NEEDS_PROBE, "the default backend does not ask vLLM for its ids yet")
-        for name in PASSTHROUGH_DEFAULT
-    ],
-)
+@pytest.mark.parametrize("name", PASSTHROUGH_DEFAULT)
 def test_the_default_backend_pointed_at_vllm_takes_its_ids(mode_result, name):
     result = mode_result(name)
     assert result.proofs["ids"] >= 0.85 * result.rows, result.proofs
     assert result.verified_wrong == 0, result.wrong_examples
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        waiting_for(name, NEEDS_TEXT_PATH, "an answer ending in its reasoning gets a </think>")
-        for name in TEXT_MODES
-    ],
-)
+@pytest.mark.parametrize("name", TEXT_MODES)
 def test_text_only_rows_hold_nothing_the_engine_did_not_write(mode_result, name):
     """Behind a provider that returns text alone, a verified row differs from the engine's ids
     only by a re-split that keeps the count and the text, and only under the text proof."""
@@ -237,7 +207,6 @@ def test_text_only_rows_hold_nothing_the_engine_did_not_write(mode_result, name)
 ESTIMATE_PROMPTS = 240
 
 
-@pytest.mark.xfail(strict=False, reason="status has no re-split estimate yet (item 3)")
 def test_the_runs_resplit_estimate_is_within_twice_the_truth(engine, tmp_path, qwen3_tokenizer):
     """Behind the text-only face, the run's own estimate of the verified text-proof samples
     whose ids are not the engine's (re-splits at the same count) against that count itself."""
@@ -287,10 +256,6 @@ def _answered_call(i: int, arguments) -> dict:
     }
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="ingest passes object arguments (vLLM: HTTP 400) and drops reasoning_content (item 6)",
-)
 def test_ingest_sends_the_conversation_as_the_engine_reads_it(engine, tmp_path, qwen3_tokenizer):
     """vLLM refuses tool-call arguments given as an object (HTTP 400) and renders an assistant
     turn's reasoning (``reasoning_content`` or ``reasoning``) after the last user message."""

@@ -21,8 +21,8 @@ def test_force_replaces_a_directory_that_is_not_a_dataset(run_dir, tmp_path):
     refused = draftgen("export", str(run_dir), "--format", "hf", "--out", str(keep))
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1] == (
-        f"draftgen: --out {keep} exists and is not a saved dataset: choose a new --out, or "
-        "pass --force to replace it"
+        f"draftgen: --out {keep} exists and is not an earlier export of this run: choose a new "
+        "--out, or pass --force to replace it"
     )
     assert (keep / "notes.txt").read_text() == "mine"
     # Before: the same refusal with --force, which did nothing.
@@ -58,3 +58,26 @@ def test_force_never_replaces_the_run_itself(run_dir, fmt, where):
     )
     assert (run_dir / "draftgen.sqlite").read_bytes() == before
     assert draftgen("status", str(run_dir)).returncode == 0
+
+
+@pytest.mark.parametrize("fmt", ["hf", "speculators"])
+def test_another_run_s_dataset_is_refused_as_another_run_s_file_is(run_dir, tmp_path, fmt):
+    """Issue #41: hf and speculators replaced another run's dataset silently, where specforge
+    refused another run's file."""
+    theirs = tmp_path / "theirs"
+    provenance = {"id": "elsewhere:0", "generation_id": "gen-of-another-run"}
+    rows = {"input_ids": [[1, 2, 3]], "loss_mask": [[0, 1, 1]], "draftgen": [provenance]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(theirs))
+    before = len(datasets.load_from_disk(str(theirs)))
+    refused = draftgen("export", str(run_dir), "--format", fmt, "--out", str(theirs))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"draftgen: --out {theirs} exists and is not an earlier export of this run: choose a new "
+        "--out, or pass --force to replace it"
+    )
+    assert len(datasets.load_from_disk(str(theirs))) == before
+    # Its own earlier export is replaced as before.
+    mine = tmp_path / "mine"
+    assert draftgen("export", str(run_dir), "--format", fmt, "--out", str(mine)).returncode == 0
+    again = draftgen("export", str(run_dir), "--format", fmt, "--out", str(mine))
+    assert again.returncode == 0, again.stderr

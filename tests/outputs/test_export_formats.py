@@ -109,7 +109,7 @@ def test_hf_export_refuses_to_replace_a_directory_that_is_not_a_dataset(run_dir,
     (tmp_path / "keep" / "notes.txt").write_text("mine")
     result = draftgen("export", str(run_dir), "--format", "hf", "--out", str(tmp_path / "keep"))
     assert result.returncode == 2
-    assert "exists and is not a saved dataset" in result.stderr
+    assert "exists and is not an earlier export of this run" in result.stderr
     assert (tmp_path / "keep" / "notes.txt").read_text() == "mine"
 
 

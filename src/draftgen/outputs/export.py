@@ -147,15 +147,12 @@ def write_export(store: Store, fmt: str, out: Path, options: ExportOptions) -> E
             f"e.g. {out / spec.example}"
         )
     _check_not_the_run(store, out)
-    if one_file and not force and out.exists() and not is_export_of(store, out, fmt):
+    # One rule for every format: what is at --out is replaced only if it is an earlier export
+    # of this run (another run's dataset is no less someone's data than another run's file).
+    if not force and out.exists() and not is_export_of(store, out, fmt):
         raise ExportError(
             f"--out {out} exists and is not an earlier export of this run: choose a new "
             "--out, or pass --force to replace it"
-        )
-    if not one_file and not force and out.exists() and not _is_saved_dataset(out):
-        raise ExportError(
-            f"--out {out} exists and is not a saved dataset: choose a new --out, or pass "
-            "--force to replace it"
         )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -739,7 +736,10 @@ FIRST_LINE_BYTES = 64 << 20
 
 def is_export_of(store: Store, path: Path, fmt: str) -> bool:
     """Whether ``path`` is an earlier ``fmt`` export of the run in ``store`` (an empty file, or
-    an export with no rows, counts: there is nothing in it to lose)."""
+    an export with no rows, counts: there is nothing in it to lose). A directory format's is a
+    saved dataset whose first row's provenance (the ``draftgen`` column) is one of the run's."""
+    if EXPORT_FORMATS[fmt].kind != "file":
+        return _is_saved_dataset(path) and _is_dataset_of(store, path)
     try:
         if path.stat().st_size == 0:
             return True
@@ -748,6 +748,28 @@ def is_export_of(store: Store, path: Path, fmt: str) -> bool:
         return False
     if first is None:
         return fmt == "parquet"  # the schema and no rows: what an empty export writes
+    return _holds_row_of(store, first)
+
+
+def _is_dataset_of(store: Store, path: Path) -> bool:
+    """Read from the dataset's first Arrow file itself: ``datasets.load_from_disk`` would need
+    torch for a speculators export (saved with the torch format)."""
+    pa, _ = _arrow()
+    try:
+        files = orjson.loads((path / "state.json").read_bytes())["_data_files"]
+        with pa.ipc.open_stream(str(path / files[0]["filename"])) as reader:
+            for batch in reader:
+                if batch.num_rows:
+                    if "draftgen" not in batch.schema.names:
+                        return False
+                    return _holds_row_of(store, batch.column("draftgen")[0].as_py())
+    except Exception:  # anything a foreign directory holds: not this run's export
+        return False
+    return True  # a dataset of no rows: nothing in it to lose
+
+
+def _holds_row_of(store: Store, first: object) -> bool:
+    """Whether ``first`` (an exported row, or its provenance) names a sample of the run."""
     if not isinstance(first, dict) or not isinstance(first.get("id"), str):
         return False
     wanted = (first["id"], first.get("generation_id"))
