@@ -6,15 +6,16 @@ re-encodes as ` ist`+`he`) is caught by the count only when the segmentations di
 The estimate joins two measures of the run:
 
 - how often its text-proof answers re-split with a count change: the samples whose completion
-  count differs (``completion_count_mismatch``; other reasons say something else happened), each
+  count differs (``completion_count_mismatch``, ``whitespace_altered`` from a provider not seen
+  stripping; other reasons say something else happened), each
   answer's re-splits taken as a Poisson count proportional to its length in tokens;
 - how often a re-split keeps the count for this tokenizer: pairs of the run's own generated tokens
   (two of one stretch of an answer, a few places apart), as a model that picks each token without
   regard to how the text will re-encode could write them side by side, their bytes joined and
-  re-encoded; of the pairs that re-encode to
-  other ids, the share that re-encode to two (``keeps_count``). Where the run also holds samples
-  whose server gave the ids, the text path's own record against them (``text_check``) is that
-  share measured directly, and is used instead once it has seen enough re-splits.
+  re-encoded; of the pairs that re-encode to other ids, the share that re-encode to two
+  (``keeps_count``). Where the run also holds samples whose server gave the ids, the text path's
+  own record against them (``text_check``) is that share measured directly, and is used instead
+  once it has seen enough re-splits.
 
 Thinning a Poisson count leaves two independent ones, so a sample whose count matched still holds
 ``keeps_count / (1 - keeps_count)`` hidden re-splits per detected one at its length. The pairs are
