@@ -4,8 +4,9 @@ Prompt ids come from the tokenizer's own chat template over exactly the messages
 Completion ids come from ``reasoning + think_end + content + end_of_turn``, shaped by how the
 prompt ends (``<think>`` already open, thinking closed, or the model opens it itself) and framed
 as the profile says (harmony's channel headers, a tool-call turn's own end). Where the
-text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking),
-every reading is encoded and the provider's ``completion_tokens`` picks the one it generated.
+text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking,
+an answer returned as all reasoning that may have ended inside it), every reading is encoded and
+the provider's ``completion_tokens`` picks the one it generated.
 Structured ``tool_calls`` are rebuilt as the profile's markup after the content. Ids a server
 returned (vLLM, SGLang) are the sample and logprob token bytes give the content's ids; the text
 path still runs beside them and its agreement is ``TokenSample.text_check``.
@@ -163,7 +164,8 @@ def _unclosed_bodies(
     vLLM returns such an answer as all reasoning and an empty content (the end of turn came
     before ``think_end``, or a tool call its parser takes as the end of reasoning, Qwen3.5's
     ``<tool_call>``), exactly as it returns one that closed its reasoning and wrote nothing
-    after it: both are read and the count decides (``reconstruct_from_text`` refuses a tie).
+    after it: both are read, and the count takes the one without the close
+    (``_reasoning_end_unproven`` never verifies a close the text does not show).
     After a prompt where the model opens the block itself, the model may also have written no
     block at all (vLLM's qwen3 and deepseek_r1 parsers call all of it reasoning then).
     """
@@ -619,8 +621,8 @@ def reconstruct_from_text(
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
-    neutral = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
-    neutral += _reasoning_end_unproven(reading, encoded, chosen, expected)
+    unproven = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
+    unproven += _reasoning_end_unproven(reading, encoded, chosen, expected)
     repair = unchecked = None
     if expected is not None and len(completion_ids) != expected:
         counts = [len(ids) for ids in encoded]
@@ -634,7 +636,7 @@ def reconstruct_from_text(
         completion_ids=completion_ids,
         completion_text=reading.texts[chosen],
         decoded_text=tok.decode(tokenizer, completion_ids),
-        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []) + neutral,
+        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []) + unproven,
         whitespace_repair=repair,
         special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
     )
