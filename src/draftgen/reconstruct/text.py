@@ -622,7 +622,9 @@ def reconstruct_from_text(
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
     unproven = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
-    unproven += _reasoning_end_unproven(reading, encoded, chosen, expected)
+    unproven += _reasoning_end_unproven(
+        reading, encoded, chosen, expected, bool(completion.tool_calls)
+    )
     repair = unchecked = None
     if expected is not None and len(completion_ids) != expected:
         counts = [len(ids) for ids in encoded]
@@ -657,15 +659,22 @@ def reconstruct_from_text(
 
 
 def _reasoning_end_unproven(
-    reading: CompletionReading, encoded: list[list[int]], chosen: int, expected: int | None
+    reading: CompletionReading,
+    encoded: list[list[int]],
+    chosen: int,
+    expected: int | None,
+    tool_turn: bool = False,
 ) -> list[str]:
     """``[REASONING_END_UNPROVEN]`` when the answer reads both as one that closed its reasoning
     and as one that ended inside it, and the count does not prove the chosen one: none was
-    given; another reading on the other side has the chosen one's count; or the count picks a
-    close the text does not show. The close is one or more ids, so an answer that ended inside
-    its reasoning and whose ids are not the canonical encoding of its text (a re-split adding
-    ids, as often as not one) has the closed reading's count: ``think_end`` is never put in the
-    ids unproven. (A re-split that removes ids is rare: the unclosed reading is taken.)"""
+    given; another reading on the other side has the chosen one's count; or, in a turn without
+    tool calls, the count picks a close the text does not show. The close is one or more ids,
+    so an answer that ended inside its reasoning and whose ids are not the canonical encoding of
+    its text (a re-split adding ids, as often as not one) has the closed reading's count:
+    ``think_end`` is never put in such a turn's ids unproven. A turn with tool calls and no
+    content is closed as the family's way to call (Kimi writes ``</think>`` then its calls); a
+    call inside unclosed reasoning with a re-split is the rare case the count cannot see there.
+    (A re-split that removes ids is rare too: the unclosed reading is taken.)"""
     unclosed = [REASONING_UNCLOSED in reading.notes_of(i) for i in range(len(encoded))]
     if not any(unclosed):
         return []
@@ -674,7 +683,7 @@ def _reasoning_end_unproven(
         return [REASONING_END_UNPROVEN]
     if len(encoded[chosen]) != expected or not rivals:
         return []
-    if not unclosed[chosen] and any(len(encoded[i]) < expected for i in rivals):
+    if not tool_turn and not unclosed[chosen] and any(len(encoded[i]) < expected for i in rivals):
         return [REASONING_END_UNPROVEN]
     if any(len(encoded[i]) == expected and encoded[i] != encoded[chosen] for i in rivals):
         return [REASONING_END_UNPROVEN]
