@@ -155,6 +155,12 @@ def test_a_tie_between_the_close_and_no_close_is_never_verified():
     assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, 3) == [
         REASONING_END_UNPROVEN
     ]
+    # A turn with tool calls and no content closes its reasoning as the family's way to call:
+    # the count's pick stands there, unless both sides have it.
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 0, 3, True) == []
+    assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 4, 3], [5]], 0, 3, True) == [
+        REASONING_END_UNPROVEN
+    ]
     # No close picked, and no other reading has the count: proven.
     assert _reasoning_end_unproven(reading, [[1, 2, 3], [1, 3], [5]], 1, 2) == []
     # No count: unproven; a count no reading has is another reason's failure.
@@ -208,25 +214,31 @@ def test_a_simulated_run_proves_answers_that_end_inside_their_reasoning(
     truth, exported = run_rows(tmp_path, monkeypatch, fixture, rows, config)
     assert len(exported) == 24  # the truth also holds answers cut to nothing, asked again
     think_end = encode(load_tokenizer(f"fixture:{fixture}"), "</think>")
-    unclosed = unclosed_calls = unproven = 0
+    unclosed = unclosed_calls = unproven = blind_calls = 0
     for row in exported:
         record = truth[row["generation_id"]]
         exact = row["input_ids"] == record["prompt_ids"] + record["completion_ids"]
-        if row["verified"]:
-            assert exact, record["quirks"]
-        elif "drift" in record["quirks"]:
+        blind = "drift" in record["quirks"] and "unclosed_reasoning" in record["quirks"]
+        if row["verified"] and not exact:
+            # The one case a count cannot see: a call inside unclosed reasoning whose ids
+            # re-split by one has the count of the family's usual turn, the close then the call.
+            assert blind and record["tool_calls"], record["quirks"]
+            blind_calls += 1
+        elif "drift" in record["quirks"] and not row["verified"]:
             # A re-split: its count differs, or it is the count of the reading with </think>.
             assert row["verify_reason"] in ("completion_count_mismatch", "reasoning_end_unproven")
             unproven += row["verify_reason"] == "reasoning_end_unproven"
-        else:
+        elif not row["verified"]:
             raise AssertionError((row["verify_reason"], record["quirks"]))
         if "unclosed_reasoning" in record["quirks"]:
             unclosed += 1
             unclosed_calls += bool(record["tool_calls"])
             assert think_end[0] not in record["completion_ids"]
             assert record["delivered"]["content"] == "" and record["delivered"]["reasoning"]
-            assert row["verified"] is ("drift" not in record["quirks"])
+            if not record["tool_calls"]:
+                assert row["verified"] is ("drift" not in record["quirks"])
     assert unclosed >= 6 and unproven >= 1
+    assert blind_calls <= 1, blind_calls
     # Qwen3's hermes calls never end reasoning (its parser finds none inside it); Qwen3.5's do.
     assert (unclosed_calls > 0) is (fixture == "qwen3.5")
 

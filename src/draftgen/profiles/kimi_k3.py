@@ -310,7 +310,8 @@ class XtmlTurns:
         if thinking and complete and fields.reasoning and not (answer or left or calls):
             # All reasoning and no answer: the model may have ended inside its think channel,
             # with its end of message alone or the message's close (no think close, no
-            # response channel); the count decides, a tie is never verified.
+            # response channel). The count decides; a close it picks that the text does not
+            # show is never verified (reconstruct.text._reasoning_end_unproven).
             for ending in ([control(END_OF_MSG)], list(MESSAGE_END)):
                 readings.append(
                     ([*plain(fields.reasoning), *ending], (REASONING_UNCLOSED,), (-1, -1))

@@ -4,8 +4,9 @@ Prompt ids come from the tokenizer's own chat template over exactly the messages
 Completion ids come from ``reasoning + think_end + content + end_of_turn``, shaped by how the
 prompt ends (``<think>`` already open, thinking closed, or the model opens it itself) and framed
 as the profile says (harmony's channel headers, a tool-call turn's own end). Where the
-text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking),
-every reading is encoded and the provider's ``completion_tokens`` picks the one it generated.
+text leaves a real ambiguity (a truncation right at ``</think>``, a model that skipped thinking,
+an answer returned as all reasoning that may have ended inside it), every reading is encoded and
+the provider's ``completion_tokens`` picks the one it generated.
 Structured ``tool_calls`` are rebuilt as the profile's markup after the content. Ids a server
 returned (vLLM, SGLang) are the sample (proof ``ids``); logprobs that name each token's id give
 the whole completion's, logprob token bytes the content's (proof ``logprobs``); the text path
@@ -171,7 +172,8 @@ def _unclosed_bodies(
     vLLM returns such an answer as all reasoning and an empty content (the end of turn came
     before ``think_end``, or a tool call its parser takes as the end of reasoning, Qwen3.5's
     ``<tool_call>``), exactly as it returns one that closed its reasoning and wrote nothing
-    after it: both are read and the count decides (``reconstruct_from_text`` refuses a tie).
+    after it: both are read, and the count takes the one without the close
+    (``_reasoning_end_unproven`` never verifies a close the text does not show).
     After a prompt where the model opens the block itself, the model may also have written no
     block at all (vLLM's qwen3 and deepseek_r1 parsers call all of it reasoning then).
     """
@@ -688,8 +690,10 @@ def reconstruct_from_text(
     expected = completion.completion_tokens
     chosen = next((i for i, ids in enumerate(encoded) if len(ids) == expected), 0)
     completion_ids = encoded[chosen]
-    neutral = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
-    neutral += _reasoning_end_unproven(reading, encoded, chosen, expected)
+    unproven = _count_neutral_arguments(profile, reading, encoded, chosen, expected)
+    unproven += _reasoning_end_unproven(
+        reading, encoded, chosen, expected, bool(completion.tool_calls)
+    )
     repair = unchecked = None
     if expected is not None and len(completion_ids) != expected:
         counts = [len(ids) for ids in encoded]
@@ -703,7 +707,7 @@ def reconstruct_from_text(
         completion_ids=completion_ids,
         completion_text=reading.texts[chosen],
         decoded_text=tok.decode(tokenizer, completion_ids),
-        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []) + neutral,
+        notes=reading.notes_of(chosen) + ([unchecked] if unchecked else []) + unproven,
         whitespace_repair=repair,
         special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
     )
@@ -724,15 +728,22 @@ def reconstruct_from_text(
 
 
 def _reasoning_end_unproven(
-    reading: CompletionReading, encoded: list[list[int]], chosen: int, expected: int | None
+    reading: CompletionReading,
+    encoded: list[list[int]],
+    chosen: int,
+    expected: int | None,
+    tool_turn: bool = False,
 ) -> list[str]:
     """``[REASONING_END_UNPROVEN]`` when the answer reads both as one that closed its reasoning
     and as one that ended inside it, and the count does not prove the chosen one: none was
-    given; another reading on the other side has the chosen one's count; or the count picks a
-    close the text does not show. The close is one or more ids, so an answer that ended inside
-    its reasoning and whose ids are not the canonical encoding of its text (a re-split adding
-    ids, as often as not one) has the closed reading's count: ``think_end`` is never put in the
-    ids unproven. (A re-split that removes ids is rare: the unclosed reading is taken.)"""
+    given; another reading on the other side has the chosen one's count; or, in a turn without
+    tool calls, the count picks a close the text does not show. The close is one or more ids,
+    so an answer that ended inside its reasoning and whose ids are not the canonical encoding of
+    its text (a re-split adding ids, as often as not one) has the closed reading's count:
+    ``think_end`` is never put in such a turn's ids unproven. A turn with tool calls and no
+    content is closed as the family's way to call (Kimi writes ``</think>`` then its calls); a
+    call inside unclosed reasoning with a re-split is the rare case the count cannot see there.
+    (A re-split that removes ids is rare too: the unclosed reading is taken.)"""
     unclosed = [REASONING_UNCLOSED in reading.notes_of(i) for i in range(len(encoded))]
     if not any(unclosed):
         return []
@@ -741,7 +752,7 @@ def _reasoning_end_unproven(
         return [REASONING_END_UNPROVEN]
     if len(encoded[chosen]) != expected or not rivals:
         return []
-    if not unclosed[chosen] and any(len(encoded[i]) < expected for i in rivals):
+    if not tool_turn and not unclosed[chosen] and any(len(encoded[i]) < expected for i in rivals):
         return [REASONING_END_UNPROVEN]
     if any(len(encoded[i]) == expected and encoded[i] != encoded[chosen] for i in rivals):
         return [REASONING_END_UNPROVEN]

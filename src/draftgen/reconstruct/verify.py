@@ -28,10 +28,10 @@ CONTENT_FILTER = "content_filter"
 # read (``reconstruct.background.flag_invisible_strips``); a sample alone only says the repair
 # would match (``COMPLETION_COUNT_MISMATCH``, ``RESPLIT_OR_ALTERED`` and the repair).
 WHITESPACE_ALTERED = "whitespace_altered"
-# What a completion count that differs can mean, whatever whitespace repair would match it.
 # The end of a whitespace repair's words in a sample's detail: how the provider-level check
 # finds the count mismatches a repair would explain.
 REPAIR_WOULD_MATCH = "after the content would also match the count"
+# What a completion count that differs can mean, whatever whitespace repair would match it.
 RESPLIT_OR_ALTERED = (
     "re-tokenization (the model's ids are not the canonical encoding of its text) or altered text"
 )
