@@ -72,9 +72,14 @@ REASON_MEANINGS: dict[str, tuple[str, str]] = {
     ),
     "decode_mismatch": ("decoding the ids does not give back the text", "the-checks"),
     "whitespace_altered": (
-        "the count matches once whitespace is restored at the content's edges: the provider "
-        "stripped it",
+        "the count matches once whitespace is restored at the content's edges, and this "
+        "provider is known to strip it",
         "whitespace-a-provider-strips",
+    ),
+    "reasoning_end_unproven": (
+        "the answer came back as all reasoning and no content, and the count does not prove "
+        "whether the model closed its reasoning: no think_end is put in the ids unproven",
+        "proof-ids-logprobs-or-text",
     ),
     "provider_strips_whitespace": (
         "this provider strips edge whitespace and a strip here would not change the count, so "

@@ -370,6 +370,9 @@ def reconstruct_from_logprobs(
         return unusable("a logprob token's bytes are not one token of this tokenizer")
     prompt_text, prompt_ids = recorded_prompt(stored, tokenizer, profile)
     reading = batch_reading(completion, prompt_text, profile, tokenizer)
+    if any(REASONING_UNCLOSED in reading.notes_of(i) for i in range(len(reading.texts))):
+        # The content's logprobs say nothing of whether the reasoning before it was closed.
+        return unusable("the answer may have ended inside its reasoning")
     content = profile.strip_end_of_turn(completion.content or "")
     suffix = profile.turn_end(False, content) if reading.complete else ""
     tail = content + suffix
@@ -382,27 +385,16 @@ def reconstruct_from_logprobs(
             ids = head + logprob_ids + end
             if expected is not None and len(ids) != expected:
                 continue
-            verdict = verify_logprob_ids(
-                stored=stored,
-                profile=profile,
-                prompt_ids=prompt_ids,
+            return _logprob_sample(
+                stored,
+                tokenizer,
+                profile,
+                text_sample,
+                (prompt_text, prompt_ids),
+                ids,
                 logprob_text=tok.decode(tokenizer, logprob_ids),
                 notes=reading.notes,
-                special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
-            )
-            if verdict.verified:
-                doubts = prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
-                verdict = with_doubts(verdict, doubts)
-            return TokenSample(
-                key=stored.key,
-                input_ids=prompt_ids + ids,
-                prompt_len=len(prompt_ids),
-                verified=verdict.verified,
-                reason=verdict.reason,
-                detail=verdict.detail,
-                truncated=not reading.complete,
-                id_source=PROOF_LOGPROBS,
-                text_check=text_check_of(text_sample, prompt_ids + ids),
+                complete=reading.complete,
             )
     return unusable("no reading with the logprob tokens matches the completion count")
 
@@ -441,14 +433,44 @@ def reconstruct_from_logprob_ids(
             if d
         )
         return replace(text_sample, detail=detail)
+    return _logprob_sample(
+        stored,
+        tokenizer,
+        profile,
+        text_sample,
+        (prompt_text, prompt_ids),
+        ids,
+        logprob_text=tok.decode(tokenizer, ids),
+        notes=notes,
+        complete=complete,
+        whole=True,
+    )
+
+
+def _logprob_sample(
+    stored: StoredCompletion,
+    tokenizer: Any,
+    profile: ModelProfile,
+    text_sample: TokenSample,
+    prompt: tuple[str, list[int]],
+    ids: list[int],
+    *,
+    logprob_text: str,
+    notes: list[str],
+    complete: bool,
+    whole: bool = False,
+) -> TokenSample:
+    """The sample of completion ``ids`` taken from logprobs (``whole``: all of them, else the
+    content's within a reading), judged by ``verify_logprob_ids`` and the prompt's doubts."""
+    prompt_text, prompt_ids = prompt
     verdict = verify_logprob_ids(
         stored=stored,
         profile=profile,
         prompt_ids=prompt_ids,
-        logprob_text=tok.decode(tokenizer, ids),
+        logprob_text=logprob_text,
         notes=notes,
         special_text=special_text_of_prompt(stored, tokenizer, profile, prompt_ids),
-        completion_ids=ids,
+        completion_ids=ids if whole else None,
     )
     if verdict.verified:
         doubts = prompt_doubts(stored, tokenizer, profile, prompt_text, prompt_ids)
