@@ -70,3 +70,22 @@ def test_a_merge_of_runs_one_simulated_is_simulated(tmp_path):
     with Store(tmp_path / "real", create=False) as store:
         assert store.simulated() is None
         assert json.loads(store.meta("settings")) == {"model": "m"}
+
+
+def test_a_standalone_simulator_found_by_the_probe_marks_the_data_as_synthetic(tmp_path):
+    """Issue #41: status (text) and the report did not say a run's data came from a `draftgen
+    simulate` server (report.json: "simulated": null); only the exports' provenance knew."""
+    from draftgen.cli.present import format_status
+    from draftgen.outputs.report import build_report
+
+    with Store(tmp_path / "run") as store:
+        sources = [{"endpoint": "http://127.0.0.1:9/api/v1", "server": "simulator"}]
+        store.set_meta("sources", json.dumps(sources))
+        assert store.simulated() == "draftgen simulator at http://127.0.0.1:9/api/v1"
+        counts = store.counts()
+        report = build_report(store)
+    assert counts["simulated"] == "draftgen simulator at http://127.0.0.1:9/api/v1"
+    assert "simulated           yes (draftgen simulator at http://127.0.0.1:9/api/v1)" in (
+        format_status(counts, tmp_path / "run")
+    )
+    assert report["simulated"] == "draftgen simulator at http://127.0.0.1:9/api/v1"

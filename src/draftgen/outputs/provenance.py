@@ -33,16 +33,7 @@ def provenance(
     settings = orjson.loads(raw) if raw else {}
     raw = store.meta("sources")
     sources = orjson.loads(raw) if raw else []
-    # The built-in simulator marks the store; a ``draftgen simulate`` server is known by what
-    # the probe found answering (its key says so).
-    simulator = store.simulated() or next(
-        (
-            f"draftgen simulator at {source['endpoint']}"
-            for source in sources
-            if source.get("server") == "simulator"
-        ),
-        None,
-    )
+    simulator = store.simulated()
     counts = store.counts()  # what status shows: the run's cost is the same figure
     figures = {key: counts[key] for key in ("samples", "verified", "truncated")}
     first, last = store.db.execute(

@@ -88,8 +88,17 @@ class SettingsMixin:
             self.set_meta(SIMULATED, source)
 
     def simulated(self) -> str | None:
-        """What simulator answered this run (``mark_simulated``), or None for real data."""
-        return self.meta(SIMULATED)
+        """What simulator answered this run, or None for real data: the built-in one
+        (``mark_simulated``), or a ``draftgen simulate`` server the probe found answering (its
+        key says so: meta ``sources``)."""
+        marked = self.meta(SIMULATED)
+        if marked:
+            return marked
+        raw = self.meta("sources")
+        for source in orjson.loads(raw) if raw else ():
+            if isinstance(source, dict) and source.get("server") == "simulator":
+                return f"draftgen simulator at {source.get('endpoint')}"
+        return None
 
     def derived_layout(self) -> list[str]:
         """What the generic profile derived from the chat template, a line per item ([]: the
