@@ -225,7 +225,9 @@ def test_a_run_against_draftgen_simulate_is_simulated_in_its_exports(sim_run, tm
     assert meta["simulated"] is True
     assert meta["simulator"].startswith("draftgen simulator at http://127.0.0.1:")
     with Store(sim_run, create=False) as store:
-        assert store.simulated() is None  # the store's marker is the built-in simulator's
+        # Status and the report say so too (issue #41); the meta mark stays the built-in one's.
+        assert store.simulated() == meta["simulator"]
+        assert store.meta("simulated") is None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
