@@ -596,7 +596,7 @@ def _glaive_call(payload: str, index: int) -> tuple[str, str]:
         raise RowError(f"glaive turn {index} has a <functioncall> without a function name")
     arguments = call.get("arguments", {})
     if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
+        arguments = _arguments_text(arguments, f"glaive turn {index}'s <functioncall> arguments")
     return call["name"], arguments
 
 
@@ -682,7 +682,8 @@ def _sendable_calls(tool_calls: list, where: str) -> list:
         function = call["function"] if nested else call
         arguments = function.get("arguments")
         if isinstance(arguments, dict):
-            function = {**function, "arguments": json.dumps(arguments, ensure_ascii=False)}
+            field = "function.arguments" if nested else "arguments"
+            function = {**function, "arguments": _arguments_text(arguments, f"{at}.{field}")}
             call = {**call, "function": function} if nested else function
         elif arguments is not None and not isinstance(arguments, str):
             field = "function.arguments" if nested else "arguments"
@@ -692,6 +693,18 @@ def _sendable_calls(tool_calls: list, where: str) -> list:
             )
         calls.append(call)
     return calls
+
+
+def _arguments_text(arguments: dict, where: str) -> str:
+    """An object of tool-call arguments as the JSON text the engine's request schema takes; a
+    value JSON cannot hold (bytes, a decimal, NaN: a Parquet row's) refuses the row."""
+    try:
+        return json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        raise RowError(
+            f"{where} holds a value JSON cannot hold (bytes, a decimal or NaN); give the "
+            "arguments as JSON text or as an object of JSON values"
+        ) from None
 
 
 def _sharegpt_messages(value: object) -> list[dict]:
