@@ -220,7 +220,7 @@ def compare(
 ) -> None:
     """Fill ``result`` from the exported ``rows`` and the engine's recorded answers."""
     for row in rows:
-        truth = recorder.get(row["generation_id"])
+        truth = recorder.get(row["generation_id"], wait=0)  # the run is over: all recorded
         if truth is None:
             raise AssertionError(f"no engine answer recorded for {row['generation_id']!r}")
         engine_ids = truth.prompt_ids + truth.completion_ids

@@ -59,15 +59,19 @@ class Recorder:
     """The answers of every proxy in front of one engine, by response id (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._answers: dict[str, EngineAnswer] = {}
 
     def add(self, answer: EngineAnswer) -> None:
         with self._lock:
             self._answers[answer.response_id] = answer
+            self._lock.notify_all()
 
-    def get(self, response_id: str) -> EngineAnswer | None:
+    def get(self, response_id: str, wait: float = 10.0) -> EngineAnswer | None:
+        """The engine's answer ``response_id``; a stream is recorded once the proxy has sent its
+        last event, which its reader may have before then: waited for up to ``wait`` seconds."""
         with self._lock:
+            self._lock.wait_for(lambda: response_id in self._answers, timeout=wait)
             return self._answers.get(response_id)
 
     def all(self) -> list[EngineAnswer]:
