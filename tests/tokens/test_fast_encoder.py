@@ -453,7 +453,15 @@ def failing_and_verifying_figures(count: int = 120) -> tuple[float, float, dict]
     # the proof that ids split at them: ~0.5 s), is not a cost of each sample.
     list(reconstruct_batches([failing[:2]], tokenizer, profile))
     figures = {}
-    for label, stored in (("verify", verifying), ("fail", failing), ("verify again", verifying)):
+    # Each measured twice and the cheaper taken: one pass's CPU time moves with what the process
+    # did before it (the collector, caches), the work itself does not.
+    passes = (
+        ("verify", verifying),
+        ("fail", failing),
+        ("verify again", verifying),
+        ("fail again", failing),
+    )
+    for label, stored in passes:
         counting = CountingCodec(choice.codec)
         original, choice.codec = choice.codec, counting
         try:
@@ -468,13 +476,15 @@ def failing_and_verifying_figures(count: int = 120) -> tuple[float, float, dict]
             figures[label] = (counting.chars, time.process_time() - started)
         finally:
             choice.codec = original
-        assert {s.verified for s in samples} == {label != "fail"}
+        assert {s.verified for s in samples} == {not label.startswith("fail")}
         if label == "fail":
             assert {s.reason for s in samples} == {"completion_count_mismatch"}
             # Batched repairs give what one sample at a time gives.
             assert samples[:5] == [reconstruct_sample(s, tokenizer, profile) for s in stored[:5]]
     chars = figures["fail"][0] / figures["verify"][0]
-    cpu = figures["fail"][1] / min(figures["verify"][1], figures["verify again"][1])
+    cpu = min(figures["fail"][1], figures["fail again"][1]) / min(
+        figures["verify"][1], figures["verify again"][1]
+    )
     print(f"failing / verifying: {chars:.2f}x the characters encoded, {cpu:.2f}x the CPU time")
     return chars, cpu, figures
 
