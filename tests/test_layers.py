@@ -24,6 +24,9 @@ RANKS = {
     "draftgen.collector": 0,  # pacing Python's cycle collector: the stdlib only
     "draftgen.signals": 0,  # the signals that stop a command, their handlers: the stdlib only
     "draftgen.logs": 1,  # logging redacts: it stands on redact
+    # A setting's declaration and its TOML conversion, for the run's options and the simulator's
+    # settings: it stands on errors and redact.
+    "draftgen.declaration": 1,
     "draftgen.profiles": 1,
     "draftgen.tokens": 2,
     "draftgen.inputs": 2,

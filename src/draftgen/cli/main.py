@@ -332,14 +332,18 @@ def simulator_config(args: argparse.Namespace):
     draftgen.toml's ``[simulator]`` key, else the simulator's declared default."""
     from draftgen.api import SimConfig
     from draftgen.cli.config import find_config, load_simulator_table
-    from draftgen.options import simulator_flags, simulator_value
+    from draftgen.options import simulator_settings, toml_value
 
     path = find_config(args)
     values = load_simulator_table(path) if path is not None else {}
-    for name, flag, _ in simulator_flags():
-        given = getattr(args, name, None)
-        if given is not None:
-            values[name] = simulator_value(flag, given)
+    for declared in simulator_settings():
+        given = getattr(args, declared.name, None)
+        if given is None:
+            continue
+        # argparse converted a plain flag (its type); a repeatable one's values are gathered
+        # as a draftgen.toml list is.
+        repeated = declared.shape != "one"
+        values[declared.name] = toml_value(declared, declared.flag, given) if repeated else given
     return SimConfig(**values)
 
 
