@@ -5,9 +5,10 @@ stops sending and lets what is in flight finish; a second abandons it.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from typing import TYPE_CHECKING, Protocol
+
+from draftgen.signals import add_loop_handlers, remove_loop_handlers
 
 if TYPE_CHECKING:
     from draftgen.generate.progress import RunProgress
@@ -31,21 +32,15 @@ class SignalStop:
     The one place an engine writes to stderr itself: the user pressed a key and waits for word.
     """
 
-    # SIGHUP (a closed terminal or SSH session) would by default end the process at once,
-    # losing what is in flight.
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __init__(self, engine: Interruptible, loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine
         self.loop = loop
 
     def install(self) -> None:
-        for signum in self.SIGNALS:
-            self.loop.add_signal_handler(signum, self.on_signal, signum)
+        add_loop_handlers(self.loop, self.on_signal)
 
     def remove(self) -> None:
-        for signum in self.SIGNALS:
-            self.loop.remove_signal_handler(signum)
+        remove_loop_handlers(self.loop)
 
     def on_signal(self, signum: int) -> None:
         # A second signal, not a stop the run made itself (a store that took no more, a full

@@ -26,6 +26,14 @@ from draftgen import __version__
 from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.reasons import (
+    COMPLETION_COUNT_MISMATCH,
+    PROMPT_RENDERER_UNPROVEN,
+    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
+    PROVIDER_STRIPS_WHITESPACE,
+    TOOL_ARGUMENTS_RESERIALISED,
+    WHITESPACE_ALTERED,
+)
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.resplits import record_pairs, stored_pairs
 from draftgen.reconstruct.text import strips_are_invisible
@@ -39,14 +47,8 @@ from draftgen.reconstruct.tool_rewrites import (
     spellings_at_count,
 )
 from draftgen.reconstruct.verify import (
-    COMPLETION_COUNT_MISMATCH,
-    PROMPT_RENDERER_UNPROVEN,
-    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
-    PROVIDER_STRIPS_WHITESPACE,
     REPAIR_WOULD_MATCH,
     RESPLIT_OR_ALTERED,
-    TOOL_ARGUMENTS_RESERIALISED,
-    WHITESPACE_ALTERED,
 )
 from draftgen.store.calibration import (
     RENDERER,
