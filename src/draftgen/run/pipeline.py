@@ -22,9 +22,8 @@ from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_s
 from draftgen.generate.engine import Live
 from draftgen.generate.errors import RunError
 from draftgen.generate.progress import RunProgress
-from draftgen.inputs.ingest import Rejection
+from draftgen.inputs.admission import PlanCount, count_plan
 from draftgen.inputs.mix import MixError, read_suite
-from draftgen.inputs.plan import PlanCount, count_plan
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile
@@ -158,27 +157,18 @@ def plan_run(ctx: RunContext) -> PlanCount:
     """Count what the run will ask for, reading the inputs once, and list the rejected rows in
     ``RUN_DIR/rejected.jsonl``; a RunError if no row has anything to answer."""
     options = ctx.options
-    first: list[Rejection] = []
-
-    def reject(rejection: Rejection) -> None:
-        if not first:
-            first.append(rejection)
-        rejected.write(rejection.as_json() + b"\n")
-
     try:
-        with open(options.out / REJECTED_NAME, "wb") as rejected:
-            rows = read_suite(ctx.suite)
-            planned = count_plan(rows, options.samples, options.shard, reject)
+        rows = read_suite(ctx.suite)
+        planned = count_plan(rows, options.samples, options.shard, options.out / REJECTED_NAME)
     except MixError as exc:
         raise RunError(str(exc)) from None
     if planned.rows == 0:
         inputs = ", ".join(str(s.path) for s in ctx.suite.datasets)
         raise RunError(f"nothing to generate: the input holds no rows ({inputs})")
     if planned.answerable == 0:
+        first = planned.first_rejected
         example = (
-            f" (the first, line {first[0].line} of {first[0].input}: {first[0].reason})"
-            if first
-            else ""
+            f" (the first, line {first.line} of {first.input}: {first.reason})" if first else ""
         )
         which = f"all {planned.rows} rows of the input were"
         if planned.rows == 1:
@@ -348,16 +338,17 @@ async def _generate(
     """The requests (live or batch) with reconstruction finished behind them, then the re-buys
     of spoiled completions: the progress, and the progress of the stage that ended the run (the
     re-buys' if they stopped it), whose ``stopped`` and ``signal`` say why."""
+    engine = choose_engine(ctx.options)
     try:
-        progress = await choose_engine(ctx.options).generate(
-            ctx, store, destination, reconstruction.generation_started
-        )
+        progress = await engine.generate(ctx, store, destination, reconstruction.generation_started)
     except BaseException:
         with contextlib.suppress(Exception):
             await reconstruction.finish(interrupted=True)
         raise
     await reconstruction.finish(interrupted=progress.stopped == "interrupted")
-    if progress.stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
+    if progress.stopped is None and (
+        bought := await rebuy_spoiled(ctx, store, destination, engine)
+    ):
         return progress, bought[1]
     return progress, progress
 

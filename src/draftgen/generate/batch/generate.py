@@ -34,24 +34,27 @@ from draftgen.generate.batch.ingest import ingest
 from draftgen.generate.batch.money import BatchBudget, BatchPrices, find_batch_prices, row_worst
 from draftgen.generate.batch.progress import BatchDisplay, BatchProgress
 from draftgen.generate.batch.submit import BatchTarget, reconcile, submit
-from draftgen.generate.contract import Destination, GenerationContext
+from draftgen.generate.contract import (
+    Destination,
+    GenerationContext,
+    RebuyNotOffered,
+    Rebuys,
+)
 from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_specs
-from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.generate.resume import StoredTurns
 from draftgen.generate.signals import SignalStop
-from draftgen.inputs.ingest import Rejection
+from draftgen.inputs.admission import Admission
 from draftgen.inputs.mix import read_suite
 from draftgen.inputs.plan import (
-    NOTHING_TO_ANSWER,
     TurnPlan,
     build_messages,
-    plan_turns,
     sample_chains,
 )
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion, GenerationSettings
 from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
 from draftgen.store.batch_timing import batch_rounds, timing_text
-from draftgen.store.database import REJECTED_NAME, SampleTally, Store
+from draftgen.store.database import SampleTally, Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 
 _log = logging.getLogger("draftgen.batch")
@@ -67,6 +70,10 @@ BATCH_PROVIDER_FIELDS = ("only", "allow_fallbacks")
 class Batch:
     """Batches as a run's engine (``contract.Engine``): the counterpart of ``engine.Live``."""
 
+    rebuy_not_offered = (
+        "batch mode buys no spoiled sample again: its requests carry no routing of their own"
+    )
+
     async def generate(
         self,
         ctx: GenerationContext,
@@ -75,6 +82,9 @@ class Batch:
         started: threading.Event | None = None,
     ) -> BatchProgress:
         return await BatchRun(ctx, store, destination, started).run()
+
+    async def rebuy(self, *args, **kwargs) -> tuple[Rebuys, BatchProgress]:
+        raise RebuyNotOffered(self.rebuy_not_offered)
 
 
 def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
@@ -176,7 +186,6 @@ class BatchRun:
         self.budget: BatchBudget | None = None
         self.budget_blocked = False
         self.began = time.time()
-        self.first_round = True
         self.renderer = ChatRenderer(ctx.tokenizer, ctx.profile)
         self.variables = request_variables(settings, ctx.profile)
         self.progress.watch(failures=self.writer.failure_reasons, tally=SampleTally(store.path))
@@ -312,40 +321,19 @@ class BatchRun:
     # -- planning and sending ---------------------------------------------------------------------
 
     def _chains(self) -> Iterator[list[list[TurnPlan]]]:
-        """Each usable row's sample chains, rejecting as a live run does (first round only)."""
-        options = self.options
-        write = self.first_round
-        rejected = open(options.out / REJECTED_NAME, "wb") if write else None  # noqa: SIM115
-        seen_ids = SourceIds()
-
-        def reject(rejection: Rejection) -> None:
-            shard = options.shard
-            if shard is not None and not shard.holds_line(rejection.input, rejection.line):
-                return
-            if rejected is not None:
-                rejected.write(rejection.as_json() + b"\n")
-            self.progress.rejected += 1
-
+        """Each usable row's sample chains, admitted as a live run admits them
+        (``inputs.admission``); the rejected rows are counted, the planner lists them."""
+        admission = Admission()
         try:
-            for item in read_suite(self.suite):
-                if isinstance(item, Rejection):
-                    reject(item)
-                    continue
-                plans = plan_turns(item)
-                problem = seen_ids.duplicate_problem(item, plans) or (
-                    None if plans else NOTHING_TO_ANSWER
-                )
-                if problem:
-                    reject(Rejection(item.input, item.line, problem))
-                    continue
-                if options.shard is not None and not options.shard.holds_key(plans[0].key):
-                    continue
-                yield sample_chains(plans, options.samples)
+            for row in admission.each(read_suite(self.suite), self.options.shard):
+                if not row.ours:
+                    continue  # another shard's row
+                if row.rejection is not None:
+                    self.progress.rejected += 1
+                else:
+                    yield sample_chains(row.plans, self.options.samples)
         finally:
-            seen_ids.close()
-            if rejected is not None:
-                rejected.close()
-            self.first_round = False
+            admission.close()
 
     async def _submit_round(self) -> None:
         """Send every turn that is ready now, in batches of at most ``--batch-size`` rows."""
