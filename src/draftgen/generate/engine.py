@@ -8,20 +8,14 @@ in flight at once are requested once; a resume skips every chain the store alrea
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import threading
-from dataclasses import replace
 
 from draftgen.collector import collecting_less
-from draftgen.generate.budget import BudgetReached
-from draftgen.generate.calibrate import Calibrator, left_out, renderer_question
-from draftgen.generate.client import FatalApiError, RunStopped
+from draftgen.generate.client import FatalApiError
 from draftgen.generate.contract import Destination, GenerationContext, Rebuys
-from draftgen.generate.endpoints import endpoint_specs
 from draftgen.generate.errors import RunError
-from draftgen.generate.judge import judge
 from draftgen.generate.live.chains import ChainWorkers
+from draftgen.generate.live.providers import Providers
 from draftgen.generate.live.rebuys import Rebuying
 from draftgen.generate.live.requests import Requests
 from draftgen.generate.live.rows import RowFeed
@@ -29,20 +23,8 @@ from draftgen.generate.live.stopping import Stopping
 from draftgen.generate.progress import ProgressDisplay, RunProgress
 from draftgen.generate.resume import StoredTurns
 from draftgen.generate.signals import SignalStop
-from draftgen.records import PROOF_IDS, GenerationSettings
-from draftgen.store.calibration import RENDERER, TOOL_ARGUMENTS, calibration_statements
-from draftgen.store.database import (
-    UNKNOWN_PROVIDER,
-    SampleTally,
-    Store,
-    StoreError,
-    StoreHalted,
-    exclusion_statements,
-)
-from draftgen.tokens.rendering import template_renderer
-
-_log = logging.getLogger("draftgen.generate")
-JUDGE_EVERY = 1.0  # seconds between judgements of the providers' figures (read every few)
+from draftgen.records import PROOF_IDS
+from draftgen.store.database import SampleTally, Store, StoreError, StoreHalted
 
 
 class LiveGeneration:
@@ -67,8 +49,6 @@ class LiveGeneration:
         options = ctx.options
         self.options = options
         self.store = store
-        self.settings = ctx.settings
-        self.backend = ctx.backend
         self.progress = RunProgress(total_rows=ctx.total_rows)
         self.stored = StoredTurns(store)
         self.writer = store.open_writer()  # checks the store's file after every commit
@@ -88,24 +68,19 @@ class LiveGeneration:
         self.rows = RowFeed(
             options, ctx.suite, self.queue, self.progress, self.display, self.stored
         )
-        # Providers caught serving something else are left out of every request from then on
-        # (the backend's ``route_around``); --keep-providers, or a backend that routes to no
-        # providers, never leaves one out. A resume goes on leaving out what the store records.
-        self.route_around = None if options.keep_providers else self.backend.route_around
-        self.excluded: list[str] = list(store.excluded_providers()) if self.route_around else []
-        self.calibrator = self._calibrator(ctx)
-        self.routes: dict[str, str | None] = {}  # provider -> the route calibration asked it by
-        self.tool_calibration: asyncio.Task | None = None
-        self.asking = asyncio.Lock()  # calibration's later questions, one asker at a time
+        self.providers = Providers(
+            ctx, store, self.writer, self.progress, self.requests, self.stopping
+        )
+        providers = self.providers
         shared = (options, self.queue, self.stopping, self.progress, self.display)
-        self.rebuying = Rebuying(*shared, self.writer, self.requests, self.sample_settings)
+        self.rebuying = Rebuying(*shared, self.writer, self.requests, providers.sample_settings)
         self.chains = ChainWorkers(
             *shared,
             self.stored,
             self.writer,
             self.requests,
-            self.sample_settings,
-            self.start_tool_calibration,
+            providers.sample_settings,
+            providers.start_tool_calibration,
             self.rebuying.rebuy_one,
         )
 
@@ -143,9 +118,9 @@ class LiveGeneration:
                 async with self.client:
                     offer = await self.requests.find_offer()
                     if offer is not None and offer.proof == PROOF_IDS:
-                        self.calibrator = None  # the server's ids are the proof: no count asked
+                        self.providers.calibrator = None  # the server's ids are the proof
                     if calibrate:
-                        await self.calibrate()
+                        await self.providers.calibrate()
                     with self.display:
                         await self._work(producer)
         finally:
@@ -170,9 +145,10 @@ class LiveGeneration:
         stopping.workers = [
             asyncio.create_task(self.chains.worker()) for _ in range(self.options.concurrency)
         ]
+        providers = self.providers
         judging = (
-            asyncio.create_task(self.judge_providers())
-            if self.route_around or self.calibrator
+            asyncio.create_task(providers.judge_providers())
+            if providers.route_around or providers.calibrator
             else None
         )
         signals.install()
@@ -180,11 +156,11 @@ class LiveGeneration:
             await asyncio.gather(*stopping.workers)
             if (error := stopping.producer_error()) is not None:
                 raise error
-            if self.tool_calibration is not None:
-                await self.tool_calibration
+            if providers.tool_calibration is not None:
+                await providers.tool_calibration
             # Every provider that served is asked before its samples are judged, also one the
             # judge's tick did not see (a short run).
-            await self.ask_unasked(self.store.provider_figures())
+            await providers.ask_unasked(self.store.provider_figures())
         except asyncio.CancelledError:
             if (error := stopping.producer_error()) is not None:
                 raise error from None
@@ -208,188 +184,15 @@ class LiveGeneration:
             ) from None
         finally:
             signals.remove()
-            await self.questions_settled()
+            await providers.questions_settled()
             tasks = (stopping.producer, *stopping.workers, *((judging,) if judging else ()))
-            if self.tool_calibration is not None:
-                tasks += (self.tool_calibration,)
+            if providers.tool_calibration is not None:
+                tasks += (providers.tool_calibration,)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         if stopping.halted is not None:
             raise RunError(str(stopping.halted)) from None
-
-    # -- the providers ---------------------------------------------------------------------------
-
-    async def judge_providers(self) -> None:
-        """Judge the providers' figures as the tally last read them (``generate.judge``), every
-        ``JUDGE_EVERY`` seconds, and leave out each one caught; a provider first seen serving
-        without having been calibrated is asked the calibration questions then."""
-        tally = self.progress.tally
-        while tally is not None:
-            await asyncio.sleep(JUDGE_EVERY)
-            for exclusion in (
-                judge(tally.providers, set(self.excluded)) if self.route_around else ()
-            ):
-                await self.exclude(exclusion.provider, exclusion.evidence)
-            await self.ask_unasked(tally.providers)
-
-    async def ask_unasked(self, providers) -> None:
-        """The renderer question to each of ``providers`` (names) seen serving without having
-        answered it: one the listing did not name, or a resume's new one."""
-        if self.calibrator is None or self.calibrator.question is None:
-            return
-        # One asker at a time: the judge's tick and the run's end must not both ask a provider
-        # they each found unasked (it would be bought twice).
-        async with self.asking:
-            new = [
-                name
-                for name in providers
-                if name != UNKNOWN_PROVIDER
-                and name not in self.excluded
-                and self.calibrator.needs(name, RENDERER)
-            ]
-            if new:
-                await self.ask_renderers([(name, name) for name in new])
-
-    async def questions_settled(self) -> None:
-        """Wait (up to ``shutdown_grace``) for a calibration question in flight: it is paid for,
-        so it is stored before the task asking it is cancelled."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.options.shutdown_grace), self.asking:
-                pass
-
-    async def exclude(self, provider: str, evidence: str) -> None:
-        """Send nothing more to ``provider``, say so once with the evidence, and record it so a
-        resume goes on without it."""
-        self.excluded.append(provider)
-        _log.warning(
-            "leaving provider %s out of the rest of the run (provider.ignore): %s; "
-            "--keep-providers keeps every provider",
-            provider,
-            evidence,
-        )
-        await self.writer.write(exclusion_statements(provider, evidence))
-
-    # -- calibration -----------------------------------------------------------------------------
-
-    def _calibrator(self, ctx: GenerationContext) -> Calibrator | None:
-        """The run's calibration (``generate.calibrate``), None where it is off or moot (a server
-        that returns the generated ids, a backend that cannot route to one provider)."""
-        backend = self.backend
-        if self.options.no_calibrate or backend.id_source != "text" or backend.pin_provider is None:
-            return None
-        question = renderer_question(
-            self.requests.renderer,
-            template_renderer(ctx.tokenizer, ctx.profile),
-            ctx.profile,
-            self.requests.variables,
-        )
-        return Calibrator(
-            send=self.requests.send_question,
-            request_body=self.requests.request_body,
-            settings=self.settings,
-            pin=backend.pin_provider,
-            question=question,
-            tools=bool(ctx.profile.tool_call_writer) and ctx.profile.segmented is None,
-            profile=ctx.profile,
-            asked=self.store.calibrations(),
-        )
-
-    async def calibrate(self) -> None:
-        """Ask every provider the run may be routed to the renderer question it has not answered
-        yet, then leave out those proven to render otherwise."""
-        calibrator = self.calibrator
-        if calibrator is None or calibrator.question is None:
-            return
-        first = endpoint_specs(self.requests.base_url)[0].url
-        routes = await calibrator.list_routes(
-            first, self.requests.api_key, self.requests.may_route_to
-        )
-        if not routes and not calibrator.asked:
-            routes = [(None, None)]  # no listing: whoever serves the endpoint answers
-        await self.ask_renderers(
-            [
-                (route, name)
-                for route, name in routes
-                if name is None or (name not in self.excluded and calibrator.needs(name, RENDERER))
-            ]
-        )
-
-    async def ask_renderers(self, routes: list[tuple[str | None, str | None]]) -> None:
-        """The renderer question to each of ``routes`` at once, kept; then the exclusions."""
-        calibrator = self.calibrator
-        if calibrator is None or not routes:
-            return
-        try:
-            answers = await asyncio.gather(
-                *(calibrator.ask_renderer(route, name) for route, name in routes)
-            )
-        except (RunStopped, BudgetReached) as exc:
-            self.stopping.request_stop(str(exc))
-            return
-        statements = []
-        for (route, _), answer in zip(routes, answers, strict=True):
-            if answer is None:
-                continue
-            self.routes.setdefault(answer.provider, route)
-            statements += calibration_statements(answer.row())
-            _log.info(
-                "calibration: %s %s (%s)",
-                answer.provider or "the endpoint",
-                answer.verdict,
-                answer.detail,
-                extra={"calibration": answer.row()},
-            )
-        await self.writer.write(statements)
-        if self.route_around is None:
-            return  # --keep-providers: what calibration proved still counts, nothing is left out
-        for provider, evidence in left_out(calibrator.asked).items():
-            if provider not in self.excluded:
-                await self.exclude(provider, evidence)
-
-    def start_tool_calibration(self) -> None:
-        """Ask the tool question of every calibrated provider, once, beside the run (the first
-        turn that declares tools starts it)."""
-        if self.calibrator is None or not self.calibrator.tools or self.tool_calibration:
-            return
-        self.tool_calibration = asyncio.create_task(self.ask_tool_questions())
-
-    async def ask_tool_questions(self) -> None:
-        calibrator = self.calibrator
-        assert calibrator is not None
-        routes = [
-            (route, name)
-            for name, route in (self.routes or {None: None}).items()
-            if name not in self.excluded and calibrator.needs(name or "", TOOL_ARGUMENTS)
-        ]
-        try:
-            answers = await asyncio.gather(
-                *(calibrator.ask_tools(route, name) for route, name in routes)
-            )
-        except (RunStopped, BudgetReached):
-            return
-        statements = []
-        for answer in answers:
-            if answer is not None:
-                statements += calibration_statements(answer.row())
-                _log.info(
-                    "calibration: %s tool arguments %s (%s)",
-                    answer.provider or "the endpoint",
-                    answer.verdict,
-                    answer.detail,
-                    extra={"calibration": answer.row()},
-                )
-        await self.writer.write(statements)
-
-    def sample_settings(self, sample: int) -> GenerationSettings:
-        """The settings sent for sample ``sample`` of a prompt, routed around the providers left
-        out."""
-        settings = self.settings.for_sample(sample)
-        if self.excluded and self.route_around is not None:
-            settings = replace(
-                settings, provider=self.route_around(settings.provider, self.excluded)
-            )
-        return settings
 
 
 class Live:
