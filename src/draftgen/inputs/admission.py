@@ -1,5 +1,5 @@
 """Row admission: which input rows a run works, and why each other row is rejected, said once for
-the planner (``plan.count_plan``) and both engines; the planner alone lists the rejected rows.
+the planner (``count_plan``, which alone lists the rejected rows) and both engines.
 """
 
 from __future__ import annotations
