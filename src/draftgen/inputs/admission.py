@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftgen.inputs.ingest import Conversation, Rejection
-from draftgen.inputs.plan import NOTHING_TO_ANSWER, TurnPlan, plan_turns
+from draftgen.inputs.plan import NOTHING_TO_ANSWER, PlanCount, TurnPlan, plan_turns
 from draftgen.inputs.shard import Shard
 
 
@@ -63,25 +63,6 @@ class Admission:
 
     def close(self) -> None:
         self._seen.close()
-
-
-@dataclass
-class PlanCount:
-    """What a run will ask for, counted before it sends anything."""
-
-    rows: int = 0  # rows read: conversations and rejected rows, all shards
-    rejected: int = 0  # rows that cannot be used (in this shard)
-    answerable: int = 0  # rows with a turn to answer, in any shard
-    shard_rows: int = 0  # of those, the rows in this run's shard
-    turns: int = 0  # assistant turns of those rows
-    completions_per_turn: int = 1
-    first_rejected: Rejection | None = None  # this shard's first rejected row
-
-    @property
-    def requests(self) -> int:
-        """Requests the plan holds: turns times completions (duplicates and stored turns are
-        sent once, and not again, so the run may send fewer)."""
-        return self.turns * self.completions_per_turn
 
 
 def count_plan(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
-from draftgen.inputs.ingest import Conversation
+from draftgen.inputs.ingest import Conversation, Rejection
 
 # Why a valid row is rejected when its last message is already an answer.
 NOTHING_TO_ANSWER = "row has no user or tool turn left to answer after its last assistant message"
@@ -91,6 +91,25 @@ def sample_of(source_id: str) -> int:
         return 0
     run = len(head) - len(head.rstrip("#")) + 1
     return int(number) if run % 2 else 0
+
+
+@dataclass
+class PlanCount:
+    """What a run will ask for, counted before it sends anything."""
+
+    rows: int = 0  # rows read: conversations and rejected rows, all shards
+    rejected: int = 0  # rows that cannot be used (in this shard)
+    answerable: int = 0  # rows with a turn to answer, in any shard
+    shard_rows: int = 0  # of those, the rows in this run's shard
+    turns: int = 0  # assistant turns of those rows
+    completions_per_turn: int = 1
+    first_rejected: Rejection | None = None  # this shard's first rejected row
+
+    @property
+    def requests(self) -> int:
+        """Requests the plan holds: turns times completions (duplicates and stored turns are
+        sent once, and not again, so the run may send fewer)."""
+        return self.turns * self.completions_per_turn
 
 
 def original_answers(conversation: Conversation) -> list[str]:

@@ -22,8 +22,9 @@ from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_s
 from draftgen.generate.engine import Live
 from draftgen.generate.errors import RunError
 from draftgen.generate.progress import RunProgress
-from draftgen.inputs.admission import PlanCount, count_plan
+from draftgen.inputs.admission import count_plan
 from draftgen.inputs.mix import MixError, read_suite
+from draftgen.inputs.plan import PlanCount
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile
