@@ -83,7 +83,15 @@ class Batch:
     ) -> BatchProgress:
         return await BatchRun(ctx, store, destination, started).run()
 
-    async def rebuy(self, *args, **kwargs) -> tuple[Rebuys, BatchProgress]:
+    async def rebuy(
+        self,
+        ctx: GenerationContext,
+        store: Store,
+        destination: Destination,
+        spoiled: list[dict],
+        allowance: float,
+        started: threading.Event | None = None,
+    ) -> tuple[Rebuys, BatchProgress]:
         raise RebuyNotOffered(self.rebuy_not_offered)
 
 
