@@ -56,6 +56,7 @@ class BatchPoller:
         self.unseen: set[str] = set()  # intents whose recorded batch was warned about (404)
 
     def refresh_live(self) -> list[Intent]:
+        """The live intents, with their counts, timing and round put in the progress."""
         live = self.ledger.intents(live_only=True)
         self.progress.batches = collections.Counter(
             (i.status or "not yet seen") if i.state == "submitted" else "unconfirmed" for i in live
@@ -82,6 +83,8 @@ class BatchPoller:
             delay = min(delay * 1.6, self.poll_max)
 
     async def reconcile_open(self) -> None:
+        """Before the first round: the intents an earlier process left open, settled (a lost
+        create looked for; a batch the built-in simulator held went with it)."""
         for intent in self.ledger.intents(live_only=True):
             if self.simulated and intent.url != self.target.url:
                 # The built-in simulator lives as long as its run: its batches went with it.

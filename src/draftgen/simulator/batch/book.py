@@ -53,6 +53,7 @@ class BatchBook:
         self.timeline.advance(batch, now)
 
     def lookup(self, request: web.Request, dialect: str) -> tuple[SimBatch, web.Response | None]:
+        """The batch a request names, advanced to now, or the answer refusing the request."""
         if not self.sim._authorized(request):
             return None, self.sim._unauthorized()  # type: ignore[return-value]
         batch = self.batches.get(request.match_info["id"])
