@@ -25,14 +25,14 @@ class BatchSimulator:
         self.batches = self.book.batches  # by id, both dialects: the tests' ground truth
         self.log = self.book.log  # what batch_log_path gets, also in memory for tests
         self.prices = self.book.prices  # (prompt, completion) per token at the batch discount
-        self.formats = (OpenRouterBatchRoutes(self.book), OpenAIFileBatchRoutes(self.book))
+        self.routes = (OpenRouterBatchRoutes(self.book), OpenAIFileBatchRoutes(self.book))
         self._ticker: asyncio.Task | None = None
 
     def close(self) -> None:
         self.book.close()
 
     def register(self, app: web.Application) -> None:
-        for routes in self.formats:
+        for routes in self.routes:
             routes.register(app)
         app.on_startup.append(self._start_ticker)
         app.on_cleanup.append(self._stop_ticker)
