@@ -1,5 +1,5 @@
 """OpenAI-style file batches on the simulator: ``/v1/files`` and ``/v1/batches``, the requests in
-an uploaded JSONL file, the results in an output file and an error file (BATCH_REFERENCE.md §2).
+an uploaded JSONL file, the results in an output file and an error file.
 """
 
 from __future__ import annotations

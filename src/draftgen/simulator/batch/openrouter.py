@@ -1,5 +1,5 @@
 """OpenRouter's inline batches on the simulator: ``/api/v1/batches`` (and ``/api/beta``), the
-requests in the create's body, the results paged by cursor (BATCH_REFERENCE.md §1).
+requests in the create's body, the results paged by cursor.
 """
 
 from __future__ import annotations
