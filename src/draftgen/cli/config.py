@@ -425,6 +425,7 @@ out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 # idle_timeout = 300.0  # seconds a response may send nothing (keep-alive comments are nothing)
 # attempt_timeout = 3600.0  # seconds one attempt may take in all; 0: no limit
 # max_response_bytes = 50331648  # per response; unset: 16 MiB + 1 KiB per max_tokens token
+# max_answer_bytes = 4194304  # the text of one answer; a longer one is kept apart, refused
 # max_attempts = 8  # attempts per request
 # retry_base_delay = 0.5  # first backoff, doubling per attempt
 # max_retries = 20000  # retries across the whole run

@@ -408,6 +408,18 @@ class RunOptions:
         help="give up on a response (body or stream) larger than this, and retry it "
         "(default: 16 MiB plus 1 KiB per token of --max-tokens, or 64 MiB without it)",
     )
+    # generate.client.ANSWER_BYTES: reconstruction's time and memory grow with a text it cannot
+    # cut, so an answer's text is bounded whatever --max-tokens says.
+    max_answer_bytes: int = setting(
+        4 * 2**20,
+        kind=int,
+        check=POSITIVE,
+        metavar="N",
+        group="limits",
+        help="refuse an answer whose text (content, reasoning, tool calls) passes this many bytes: "
+        "a stream is no longer read, the answer is kept apart as billed and bought once more "
+        "(default 4194304: 4 MiB)",
+    )
     max_attempts: int = setting(
         8,
         kind=int,

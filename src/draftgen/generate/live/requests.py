@@ -103,6 +103,7 @@ class Requests:
             idle_timeout=options.idle_timeout,
             attempt_timeout=options.attempt_timeout,
             max_response_bytes=options.response_byte_cap(),
+            max_answer_bytes=options.max_answer_bytes,
             max_retries=options.max_retries,
             budget=self.budget,
             backend=self.backend,
