@@ -435,6 +435,11 @@ class BackgroundReconstruction:
         the samples made."""
         return await self._worker.finish(interrupted)
 
+    def stop(self) -> None:
+        """Stop after the text in hand (a signal while ``finish`` waits): what is made is kept,
+        the rest waits for a resume."""
+        self._worker.stop.set()
+
     def cancel(self) -> None:
         """End the reconstruction without a word if generation never started (nothing was
         touched); after ``finish``, nothing to do."""

@@ -7,6 +7,7 @@ only what is missing, so nothing stored is bought twice. The options are resolve
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -22,6 +23,7 @@ from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_s
 from draftgen.generate.engine import Live
 from draftgen.generate.errors import RunError
 from draftgen.generate.progress import RunProgress
+from draftgen.generate.signals import SignalStop
 from draftgen.inputs.admission import count_plan
 from draftgen.inputs.mix import MixError, read_suite
 from draftgen.inputs.plan import PlanCount
@@ -340,18 +342,64 @@ async def _generate(
     of spoiled completions: the progress, and the progress of the stage that ended the run (the
     re-buys' if they stopped it), whose ``stopped`` and ``signal`` say why."""
     engine = choose_engine(ctx.options)
-    try:
-        progress = await engine.generate(ctx, store, destination, reconstruction.generation_started)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await reconstruction.finish(interrupted=True)
-        raise
-    await reconstruction.finish(interrupted=progress.stopped == "interrupted")
+    tail = _RunTail(reconstruction)
+    with SignalStop.afterwards(asyncio.get_running_loop(), tail.on_signal):
+        try:
+            progress = await engine.generate(
+                ctx, store, destination, reconstruction.generation_started
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await reconstruction.finish(interrupted=True)
+            raise
+        tail.hand_over(progress)
+        await reconstruction.finish(interrupted=progress.stopped == "interrupted")
+    _last_progress_line(progress)
     if progress.stopped is None and (
         bought := await rebuy_spoiled(ctx, store, destination, engine)
     ):
         return progress, bought[1]
     return progress, progress
+
+
+def _last_progress_line(progress: RunProgress) -> None:
+    """The progress line again once reconstruction is done, if its samples moved since the
+    engine's last line (written as the requests ended, with the samples rebuilt by then): the
+    last line then shows the figures the summary prints after it."""
+    tally = progress.tally
+    if tally is None:
+        return
+    before = (tally.samples, tally.verified)
+    tally.recount()
+    if (tally.samples, tally.verified) != before:
+        logging.getLogger("draftgen.progress").info(progress.line(), extra=progress.fields())
+
+
+class _RunTail:
+    """A signal after the engine let go of them (its last rows written, the reconstruction's
+    rest): answered at once; reconstruction stops after the text in hand (the encoder releases
+    the loop, so the word is printed while it ends) and the run ends interrupted."""
+
+    def __init__(self, reconstruction: BackgroundReconstruction) -> None:
+        self.reconstruction = reconstruction
+        self.progress: RunProgress | None = None
+        self.signal: int | None = None
+
+    def on_signal(self, signum: int) -> None:
+        if self.signal is None:
+            self.signal = signum
+            self.reconstruction.stop()
+            self.hand_over(self.progress)
+        SignalStop.say(
+            "draftgen: interrupted; reconstruction stops after the text in hand, every "
+            "completion is stored and the same command reconstructs the rest"
+        )
+
+    def hand_over(self, progress: RunProgress | None) -> None:
+        """The engine's progress, which an interrupt heard before or after marks interrupted."""
+        self.progress = progress
+        if progress is not None and self.signal is not None and progress.signal is None:
+            progress.signal, progress.stopped = self.signal, "interrupted"
 
 
 # The files a run's store makes in its directory (SQLite's beside its database).
