@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import orjson
@@ -19,6 +20,7 @@ from draftgen.generate.batch.submit import submit
 from draftgen.generate.contract import GenerationContext
 from draftgen.inputs.plan import TurnPlan, build_messages
 from draftgen.store.batch_ledger import PlannedRow
+from draftgen.store.batch_timing import batch_rounds
 from draftgen.store.database import Store
 from draftgen.tokens.rendering import ChatRenderer, request_variables
 
@@ -211,6 +213,9 @@ class RoundSender:
             self.progress.rows_resent += sum(1 for row in part if self.tries[row.key])
             self.progress.batches[intent.status or intent.state] += 1
             self.progress.rows_in_flight += len(part)
+            # The batch just sent starts its round on the display, as the report draws it (it
+            # said "round 0" while round 1 validated, until the next poll's refresh).
+            self.progress.round = batch_rounds(self.ledger.db, time.time())[-1]["round"]
             self.display.refresh()
 
     def _worst(self, rows: list[PlannedRow]) -> float | None:
