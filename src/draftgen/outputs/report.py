@@ -39,6 +39,7 @@ from draftgen.outputs.show import sample_tokens
 from draftgen.reconstruct.reasons import DOCS, meaning_of
 from draftgen.reconstruct.resplits import proof_figures, record_pairs, stored_pairs
 from draftgen.reconstruct.verify import unproven_figures
+from draftgen.redact import printable_json
 from draftgen.store.batch_timing import batch_rounds
 from draftgen.store.database import REJECTED_NAME, Store
 
@@ -657,7 +658,7 @@ def write_report(store: Store, out_dir: Path | None = None) -> tuple[Path, Path]
     out_dir = Path(out_dir or store.run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out_dir / JSON_NAME, out_dir / HTML_NAME
-    _replace(json_path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    _replace(json_path, printable_json(report, indent=True).encode())
     _replace(html_path, render_html(report).encode())
     return json_path, html_path
 
