@@ -59,6 +59,7 @@ from draftgen.store.calibration import (
     providers_with,
 )
 from draftgen.store.database import Store
+from draftgen.store.mapped import waiting_out_bus_errors
 from draftgen.tokens import fast_encoder
 from draftgen.tokens.long_text import EncodingStopped
 from draftgen.tokens.rendering import template_renderer, tokenizer_profile
@@ -658,7 +659,11 @@ def _child_main(
     root.setLevel(level)
     root.propagate = False
     try:
-        made = _follow_run(run_dir, tokenizer_spec, profile_name, expected_chars, **events)
+        # Its connections map the store's -shm too: a write to it while the directory is
+        # immutable is waited out here as in the run's process (silently: this is the thread
+        # that writes).
+        with waiting_out_bus_errors(run_dir):
+            made = _follow_run(run_dir, tokenizer_spec, profile_name, expected_chars, **events)
     except BaseException as exc:  # noqa: BLE001 - every error is the parent's to raise
         sender.send(("error", _picklable(exc)))
     else:

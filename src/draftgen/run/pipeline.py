@@ -37,6 +37,7 @@ from draftgen.run.outcome import RunSummary
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.run.rebuy import rebuy_spoiled
 from draftgen.store.database import DB_NAME, LOCK_NAME, REJECTED_NAME, Store
+from draftgen.store.mapped import waiting_out_bus_errors
 from draftgen.tokens.tokenizer import tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
@@ -230,7 +231,9 @@ async def run(options: RunOptions) -> RunSummary:
         options.out, options.tokenizer, options.profile, ctx.expected_chars
     )
     try:
-        return await _run(ctx, reconstruction)
+        # The store's -shm made immutable under the run: its writes wait, no SIGBUS kills it.
+        with waiting_out_bus_errors(options.out):
+            return await _run(ctx, reconstruction)
     finally:
         reconstruction.cancel()  # a run that stopped before its first request
 
