@@ -95,8 +95,17 @@ def waiting_out_bus_errors(
     except ValueError:  # not the main thread: its caller's process keeps its own handling
         yield wait
         return
+    hook = sys.unraisablehook
+
+    def unraisable(report) -> None:
+        # Until the handler quiets it, each fault's write to a full wakeup fd is reported.
+        if "signal wakeup fd" not in (report.err_msg or ""):
+            hook(report)
+
+    sys.unraisablehook = unraisable
     try:
         yield wait
     finally:
+        sys.unraisablehook = hook
         # None: a handler set from C (faulthandler's), which Python cannot set back.
         signal.signal(signal.SIGBUS, previous if previous is not None else signal.SIG_DFL)
