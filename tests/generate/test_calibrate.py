@@ -1,6 +1,7 @@
-"""Calibration: each provider answers a question whose answer is a count before the run buys
-from it; one proven to render as draftgen does is trusted where a count cannot tell, one proven
-to render otherwise is left out before it is paid for, and nothing is asked twice."""
+"""Calibration: each provider answers a question whose answer is a count, beside the run's
+first purchases; one proven to render as draftgen does is trusted where a count cannot tell, one
+proven to render otherwise is left out as its answer comes (what it sold before is bought again),
+and nothing is asked twice."""
 
 from __future__ import annotations
 
@@ -127,7 +128,13 @@ def test_without_calibration_the_same_samples_stay_unproven(tmp_path, monkeypatc
     assert "  unproven            12 samples (100.0%) the proof could not settle: " in text
 
 
-def test_a_gpt_oss_provider_on_the_template_is_left_out_before_it_is_paid(tmp_path, monkeypatch):
+def replaced(tmp_path) -> list[str]:
+    """The providers of the completions bought again, one per completion."""
+    with Store(tmp_path / "run", create=False) as store:
+        return [p for (p,) in store.db.execute("SELECT provider FROM replaced_completions")]
+
+
+def test_a_gpt_oss_provider_on_the_template_is_left_out(tmp_path, monkeypatch):
     config = {"quirks": {"template_renderer": 0.3}}
     truth, exported = run_rows(
         tmp_path, monkeypatch, "gpt-oss", system_led(24), config, keep_providers=False
@@ -136,6 +143,8 @@ def test_a_gpt_oss_provider_on_the_template_is_left_out_before_it_is_paid(tmp_pa
     caught = asked[wire.TEMPLATE_PROVIDER][RENDERER]
     assert caught["verdict"] == RENDERS_OTHERWISE
     assert caught["matched"] == "the published chat template"
+    # What it sold before its answer came was bought again from the others.
+    assert set(replaced(tmp_path)) <= {wire.TEMPLATE_PROVIDER}
     assert {row["provider"] for row in exported} == set(wire.PROVIDERS) - {wire.TEMPLATE_PROVIDER}
     assert all(row["verified"] and exact(row, truth) for row in exported)
     with Store(tmp_path / "run", create=False) as store:
@@ -144,15 +153,19 @@ def test_a_gpt_oss_provider_on_the_template_is_left_out_before_it_is_paid(tmp_pa
     assert "as the published chat template" in evidence
 
 
-def test_a_drifting_provider_is_left_out_before_it_is_paid(tmp_path, monkeypatch):
+def test_a_drifting_provider_is_left_out_as_its_answer_comes(tmp_path, monkeypatch):
     """One of four Kimi providers renders an older template revision: it is asked one question
-    and sold nothing, so the run buys one completion per prompt."""
+    beside the run's first requests and sold nothing after its answer; what it sold before is
+    bought again once, so the run buys one completion per prompt beside those."""
     config = {"quirks": {"template_revision": 0.25}}
     truth, exported = run_rows(
         tmp_path, monkeypatch, "kimi-k2.5", plain(32), config, keep_providers=False
     )
     providers = len(wire.PROVIDERS) + 1
-    assert len(truth) == 32 + providers  # every prompt once, and one question per provider
+    again = replaced(tmp_path)
+    assert set(again) <= {wire.REVISION_PROVIDER}
+    # Every prompt once, one question per provider, and the drifting provider's sales again.
+    assert len(truth) == 32 + providers + len(again)
     assert wire.REVISION_PROVIDER not in {row["provider"] for row in exported}
     assert all(row["verified"] and exact(row, truth) for row in exported)
     asked = calibrations(tmp_path)

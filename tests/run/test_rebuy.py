@@ -56,7 +56,7 @@ def go(sim: SimulatorThread, inputs: Path, out: Path, **options) -> dict:
                 concurrency=8,
                 retry_base_delay=0.01,
                 # The judge and the re-buys on their own: calibration would leave the
-                # drifting provider out before it sold anything (tests/generate/test_calibrate.py).
+                # drifting provider out as its answer came (tests/generate/test_calibrate.py).
                 **{"no_calibrate": True, **options},
             )
         )

@@ -1,5 +1,5 @@
-"""Calibration: a question or two per provider, before the run buys from it, whose answers are
-counts that say what the provider does where a sample's own count cannot.
+"""Calibration: a question or two per provider, asked beside the run's first purchases, whose
+answers are counts that say what the provider does where a sample's own count cannot.
 
 The renderer question is a prompt of a few tokens, sent with ``max_tokens`` 1 and routed to one
 provider without fallbacks, built so that every rendering draftgen knows of for the family (the
@@ -10,9 +10,11 @@ sorted order and whose values carry non-ASCII text and ``<&>``: a rewrite of the
 top of the engine's parser shows in the returned text (``reconstruct.tool_rewrites``).
 
 A provider proven to render as draftgen does is trusted where two renderings give the same
-count; one proven to render otherwise is left out before it is paid for (unless no provider
-renders as draftgen does, which says more about the tokenizer than the providers); one the
-question cannot settle keeps the run's doubt. docs/providers.md, "Calibration".
+count; one proven to render otherwise is left out as its answer comes, and what it sold before
+is bought again (unless no provider renders as draftgen does, which says more about the
+tokenizer than the providers); one the question cannot settle keeps the run's doubt. The
+questions run as tasks of their own (``generate.calibration_task``). docs/providers.md,
+"Calibration".
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ _log = logging.getLogger("draftgen.calibrate")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 ASK = "Reply with one word: ready."
 # Attempts at one question: an answer that is refused (malformed, a count out of range) is still
-# paid for, so a question is asked twice at most; one that gets no usable answer keeps the doubt.
-QUESTION_ATTEMPTS = 2
+# paid for, and a server that answered it so answers the same again (a canned answer was asked 8
+# times), so a question is asked once; one that gets no usable answer keeps today's doubt.
+QUESTION_ATTEMPTS = 1
 # A forced call's answer, asked with reasoning off (the arguments' spelling does not depend on
 # it): the call's markup and three short values.
 TOOL_QUESTION_MAX_TOKENS = 256

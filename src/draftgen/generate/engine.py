@@ -119,8 +119,7 @@ class LiveGeneration:
                     offer = await self.requests.find_offer()
                     if offer is not None and offer.proof == PROOF_IDS:
                         self.providers.calibrator = None  # the server's ids are the proof
-                    if calibrate:
-                        await self.providers.calibrate()
+                    self.providers.calibrate(ask=calibrate)  # beside the work, not before it
                     with self.display:
                         await self._work(producer)
         finally:
@@ -156,11 +155,9 @@ class LiveGeneration:
             await asyncio.gather(*stopping.workers)
             if (error := stopping.producer_error()) is not None:
                 raise error
-            if providers.tool_calibration is not None:
-                await providers.tool_calibration
-            # Every provider that served is asked before its samples are judged, also one the
-            # judge's tick did not see (a short run).
-            await providers.ask_unasked(self.store.provider_figures())
+            # Every provider that served is asked before its samples are judged after the
+            # requests, also one the judge's tick did not see (a short run).
+            await providers.calibration_done(self.store.provider_figures)
         except asyncio.CancelledError:
             if (error := stopping.producer_error()) is not None:
                 raise error from None
@@ -186,8 +183,6 @@ class LiveGeneration:
             signals.remove()
             await providers.questions_settled()
             tasks = (stopping.producer, *stopping.workers, *((judging,) if judging else ()))
-            if providers.tool_calibration is not None:
-                tasks += (providers.tool_calibration,)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

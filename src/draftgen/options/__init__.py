@@ -466,10 +466,11 @@ class RunOptions:
         kind=bool,
         group="limits",
         help="ask the providers no calibration questions: by default a live OpenRouter run "
-        "first sends each provider it may route to a prompt of a few tokens (max_tokens 1) "
-        "whose prompt count says which renderer it uses, and with tools one forced call, so "
-        "a provider rendering otherwise is left out before it is paid for and one proven is "
-        "trusted where a count cannot tell (docs/providers.md#calibration)",
+        "sends each provider it may route to, beside its first requests, a prompt of a few "
+        "tokens (max_tokens 1) whose prompt count says which renderer it uses, and with tools "
+        "one forced call, so a provider rendering otherwise is left out as its answer comes "
+        "(what it sold before is bought again) and one proven is trusted where a count cannot "
+        "tell (docs/providers.md#calibration)",
     )
     rebuy_budget: float = setting(
         0.5,

@@ -1,18 +1,17 @@
-"""Which providers a live run's requests go to: calibration (the questions before and beside the
-work, ``generate.calibrate``) and judging (``generate.judge``), those caught left out.
+"""Which providers a live run's requests go to: calibration (the questions beside the work,
+``generate.calibration_task``) and judging (``generate.judge``), those caught left out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from draftgen.generate.budget import BudgetReached
-from draftgen.generate.calibrate import Calibrator, left_out, renderer_question
-from draftgen.generate.client import RunStopped
+from draftgen.generate.calibrate import Calibrator, renderer_question
+from draftgen.generate.calibration_task import CalibrationTasks, Route
 from draftgen.generate.contract import GenerationContext
 from draftgen.generate.endpoints import endpoint_specs
 from draftgen.generate.judge import judge
@@ -20,8 +19,7 @@ from draftgen.generate.live.requests import Requests
 from draftgen.generate.live.stopping import Stopping
 from draftgen.generate.progress import RunProgress
 from draftgen.records import GenerationSettings
-from draftgen.store.calibration import RENDERER, TOOL_ARGUMENTS, calibration_statements
-from draftgen.store.database import UNKNOWN_PROVIDER, Store, exclusion_statements
+from draftgen.store.database import Store, exclusion_statements
 from draftgen.tokens.rendering import template_renderer
 
 if TYPE_CHECKING:
@@ -60,47 +58,38 @@ class Providers:
         self.route_around = None if options.keep_providers else self.backend.route_around
         self.excluded: list[str] = list(store.excluded_providers()) if self.route_around else []
         self.calibrator = self._calibrator(ctx)
-        self.routes: dict[str, str | None] = {}  # provider -> the route calibration asked it by
-        self.tool_calibration: asyncio.Task | None = None
-        self.asking = asyncio.Lock()  # calibration's later questions, one asker at a time
+        # Its questions as tasks beside the work (``generate.calibration_task``), made by
+        # ``calibrate`` once the offer is known (a server whose ids are the proof needs none).
+        self.calibration: CalibrationTasks | None = None
 
     async def judge_providers(self) -> None:
         """Judge the providers' figures as the tally last read them (``generate.judge``), every
         ``JUDGE_EVERY`` seconds, and leave out each one caught; a provider first seen serving
-        without having been calibrated is asked the calibration questions then."""
+        without having been calibrated is asked the calibration questions then, beside the
+        work, and its samples wait to be judged until its answer is stored."""
         tally = self.progress.tally
         while tally is not None:
             await asyncio.sleep(JUDGE_EVERY)
-            for exclusion in (
-                judge(tally.providers, set(self.excluded)) if self.route_around else ()
-            ):
-                await self.exclude(exclusion.provider, exclusion.evidence)
-            await self.ask_unasked(tally.providers)
+            figures = tally.providers
+            if self.calibration is not None:
+                self.calibration.seen(figures)
+                waiting = self.calibration.waiting(figures)
+                figures = {name: row for name, row in figures.items() if name not in waiting}
+            for exclusion in judge(figures, set(self.excluded)) if self.route_around else ():
+                if exclusion.provider not in self.excluded:  # calibration may have meanwhile
+                    await self.exclude(exclusion.provider, exclusion.evidence)
 
-    async def ask_unasked(self, providers) -> None:
-        """The renderer question to each of ``providers`` (names) seen serving without having
-        answered it: one the listing did not name, or a resume's new one."""
-        if self.calibrator is None or self.calibrator.question is None:
-            return
-        # One asker at a time: the judge's tick and the run's end must not both ask a provider
-        # they each found unasked (it would be bought twice).
-        async with self.asking:
-            new = [
-                name
-                for name in providers
-                if name != UNKNOWN_PROVIDER
-                and name not in self.excluded
-                and self.calibrator.needs(name, RENDERER)
-            ]
-            if new:
-                await self.ask_renderers([(name, name) for name in new])
+    async def calibration_done(self, figures: Callable[[], Mapping[str, dict]]) -> None:
+        """The requests are done: every question out answered, and every provider that sold a
+        completion asked (``CalibrationTasks.finish``), before its samples are judged."""
+        if self.calibration is not None:
+            await self.calibration.finish(figures)
 
     async def questions_settled(self) -> None:
-        """Wait (up to ``shutdown_grace``) for a calibration question in flight: it is paid for,
-        so it is stored before the task asking it is cancelled."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.options.shutdown_grace), self.asking:
-                pass
+        """Give a calibration question in flight ``shutdown_grace`` seconds: it is paid for, so
+        it is stored before its task is cancelled."""
+        if self.calibration is not None:
+            await self.calibration.settle(self.options.shutdown_grace)
 
     async def exclude(self, provider: str, evidence: str) -> None:
         """Send nothing more to ``provider``, say so once with the evidence, and record it so a
@@ -139,91 +128,39 @@ class Providers:
             asked=self.store.calibrations(),
         )
 
-    async def calibrate(self) -> None:
-        """Ask every provider the run may be routed to the renderer question it has not answered
-        yet, then leave out those proven to render otherwise."""
-        calibrator = self.calibrator
-        if calibrator is None or calibrator.question is None:
+    def calibrate(self, ask: bool = True) -> None:
+        """Make the run's calibration (once the offer is known) and, with ``ask``, ask every
+        provider the run may be routed to the renderer question it has not answered yet, beside
+        the work (its first request waits for none); those proven to render otherwise are left
+        out as their answers come. Without ``ask`` (buying again) only a provider first seen
+        serving is asked."""
+        if self.calibrator is None or self.calibration is not None:
             return
+        self.calibration = CalibrationTasks(
+            self.calibrator,
+            self.listed_routes,
+            self.writer.write,
+            self.exclude if self.route_around is not None else None,
+            self.excluded,
+            self.stopping.request_stop,
+            self.stopping.stop,
+        )
+        if ask:
+            self.calibration.start()
+
+    async def listed_routes(self) -> list[Route]:
+        """(route, provider) of every provider the run may be routed to (calibration's)."""
+        assert self.calibrator is not None
         first = endpoint_specs(self.requests.base_url)[0].url
-        routes = await calibrator.list_routes(
+        return await self.calibrator.list_routes(
             first, self.requests.api_key, self.requests.may_route_to
         )
-        if not routes and not calibrator.asked:
-            routes = [(None, None)]  # no listing: whoever serves the endpoint answers
-        await self.ask_renderers(
-            [
-                (route, name)
-                for route, name in routes
-                if name is None or (name not in self.excluded and calibrator.needs(name, RENDERER))
-            ]
-        )
-
-    async def ask_renderers(self, routes: list[tuple[str | None, str | None]]) -> None:
-        """The renderer question to each of ``routes`` at once, kept; then the exclusions."""
-        calibrator = self.calibrator
-        if calibrator is None or not routes:
-            return
-        try:
-            answers = await asyncio.gather(
-                *(calibrator.ask_renderer(route, name) for route, name in routes)
-            )
-        except (RunStopped, BudgetReached) as exc:
-            self.stopping.request_stop(str(exc))
-            return
-        statements = []
-        for (route, _), answer in zip(routes, answers, strict=True):
-            if answer is None:
-                continue
-            self.routes.setdefault(answer.provider, route)
-            statements += calibration_statements(answer.row())
-            _log.info(
-                "calibration: %s %s (%s)",
-                answer.provider or "the endpoint",
-                answer.verdict,
-                answer.detail,
-                extra={"calibration": answer.row()},
-            )
-        await self.writer.write(statements)
-        if self.route_around is None:
-            return  # --keep-providers: what calibration proved still counts, nothing is left out
-        for provider, evidence in left_out(calibrator.asked).items():
-            if provider not in self.excluded:
-                await self.exclude(provider, evidence)
 
     def start_tool_calibration(self) -> None:
         """Ask the tool question of every calibrated provider, once, beside the run (the first
         turn that declares tools starts it)."""
-        if self.calibrator is None or not self.calibrator.tools or self.tool_calibration:
-            return
-        self.tool_calibration = asyncio.create_task(self.ask_tool_questions())
-
-    async def ask_tool_questions(self) -> None:
-        calibrator = self.calibrator
-        assert calibrator is not None
-        routes = [
-            (route, name)
-            for name, route in (self.routes or {None: None}).items()
-            if name not in self.excluded and calibrator.needs(name or "", TOOL_ARGUMENTS)
-        ]
-        try:
-            answers = await asyncio.gather(
-                *(calibrator.ask_tools(route, name) for route, name in routes)
-            )
-        except (RunStopped, BudgetReached):
-            return
-        statements = []
-        for answer in answers:
-            if answer is not None:
-                statements += calibration_statements(answer.row())
-                _log.info(
-                    "calibration: %s tool arguments %s (%s)",
-                    answer.provider or "the endpoint",
-                    answer.verdict,
-                    answer.detail,
-                    extra={"calibration": answer.row()},
-                )
-        await self.writer.write(statements)
+        if self.calibration is not None:
+            self.calibration.start_tools()
 
     def sample_settings(self, sample: int) -> GenerationSettings:
         """The settings sent for sample ``sample`` of a prompt, routed around the providers left
