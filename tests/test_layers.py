@@ -14,14 +14,19 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "draftgen"
 # The stages in the order the data flows (docs/architecture.md): a package may import only the
 # packages of a lower rank, so nothing reaches back upstream or sideways (the store knows no
 # provider, backends know no model, outputs never start a generation, the CLI only calls the
-# library). Ranks 0 and 1 are the shared ground: plain records, errors, redaction, logging.
+# library). Ranks 0 and 1 are the shared ground: plain records, errors, redaction, logging, the
+# stop signals.
 RANKS = {
     "draftgen": 0,
     "draftgen.errors": 0,
     "draftgen.records": 0,
     "draftgen.redact": 0,
     "draftgen.collector": 0,  # pacing Python's cycle collector: the stdlib only
+    "draftgen.signals": 0,  # the signals that stop a command, their handlers: the stdlib only
     "draftgen.logs": 1,  # logging redacts: it stands on redact
+    # A setting's declaration and its TOML conversion, for the run's options and the simulator's
+    # settings: it stands on errors and redact.
+    "draftgen.declaration": 1,
     "draftgen.profiles": 1,
     "draftgen.tokens": 2,
     "draftgen.inputs": 2,
@@ -152,9 +157,10 @@ def test_layers_import_only_what_they_may():
 # The CLI parses, calls the library and prints (draftgen.cli.present): everything it does is a
 # call a Python user can make too, so it reaches the library only through its front door. Beside
 # the API and the options it may use the ground every layer stands on: the package's version,
-# its error type, log configuration and redaction of what it prints.
+# its error type, log configuration, redaction of what it prints and the stop signals' handlers.
 CLI_MAY_IMPORT = {
     "draftgen",
+    "draftgen.signals",
     "draftgen.api",
     "draftgen.options",
     "draftgen.errors",

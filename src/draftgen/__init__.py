@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+# The package's one version: pyproject.toml's is read from here ([tool.setuptools.dynamic]).
 __version__ = "0.1.0"
 
 # Loaded on first use: ``import draftgen`` stays cheap for the CLI and the simulator.

@@ -63,7 +63,7 @@ _LAZY = {
     # What an export is asked for (draftgen export's flags), for RunDir.write_export.
     "ExportOptions": "draftgen.outputs.export",
     # A signal raised as Ctrl-C is, naming which (the CLI exits 128 + its number).
-    "SignalInterrupt": "draftgen.outputs.stop_signals",
+    "SignalInterrupt": "draftgen.signals",
     # The batch timing line status and the progress show (one wording for both).
     "timing_text": "draftgen.store.batch_timing",
 }

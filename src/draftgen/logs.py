@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from draftgen.redact import MASK, printable, redact
+from draftgen.redact import MASK, printable, printable_json, redact
 
 LEVELS = ("debug", "info", "warning", "error")
 # The attributes every LogRecord has; anything else on a record came from ``extra=``.
@@ -104,7 +104,7 @@ class JsonFormatter(logging.Formatter):
             line.setdefault(name, value)
         if record.exc_text:
             line["exception"] = record.exc_text
-        return orjson.dumps(line, default=str).decode()
+        return printable_json(line)
 
 
 class PlainFormatter(logging.Formatter):
@@ -169,7 +169,7 @@ def json_line(message: str, level: str = "info", logger: str = "draftgen") -> st
         "logger": logger,
         "message": REDACTOR.redact(message),
     }
-    return orjson.dumps(line).decode()
+    return printable_json(line)
 
 
 class JsonLineStream(io.TextIOBase):

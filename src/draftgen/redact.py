@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from urllib.parse import parse_qsl, urlsplit
 
+import orjson
+
 MASK = "***"
 # Key shapes with a known prefix: OpenAI/OpenRouter/Anthropic ``sk-``, Hugging Face ``hf_``,
 # GitHub ``ghp_``/``github_pat_``, Google ``AIza``, Slack ``xox?-``, AWS ``AKIA``; and the value of
@@ -101,17 +103,34 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def printable(text: object, newlines: bool = False) -> str:
+def printable(text: object, newlines: bool = False, json: bool = False) -> str:
     """``text`` from a server or a file, safe to print: every control character (an ANSI escape's
     ESC, a carriage return, a bell) is shown as its escape (``\\x1b``), so nothing it holds can
-    move the cursor, recolour or rewrite a line. Newlines are escaped too unless ``newlines``."""
-    pattern = _CONTROL if newlines else _CONTROL_OR_NEWLINE
-    return pattern.sub(_escape, str(text))
+    move the cursor, recolour or rewrite a line. Newlines are escaped too unless ``newlines``.
+
+    The one escaping of what draftgen prints or writes for people: log lines, messages, the
+    report's page (every value it shows) and, with ``json``, JSON text (``--json``, report.json,
+    JSON log lines), whose strings then hold ``\\u001b`` instead: the same data once parsed.
+    """
+    pattern = _CONTROL if newlines or json else _CONTROL_OR_NEWLINE
+    return pattern.sub(_json_escape if json else _escape, str(text))
+
+
+def printable_json(value: object, indent: bool = False) -> str:
+    """``value`` as JSON (orjson's types; others as ``str``) with every control character of
+    ``printable`` escaped: orjson leaves DEL, the C1 controls and the bidirectional overrides
+    raw."""
+    option = orjson.OPT_INDENT_2 if indent else 0
+    return printable(orjson.dumps(value, default=str, option=option).decode(), json=True)
 
 
 def _escape(match: re.Match) -> str:
     code = ord(match.group(0))
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _json_escape(match: re.Match) -> str:
+    return f"\\u{ord(match.group(0)):04x}"
 
 
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")

@@ -60,6 +60,22 @@ def engine(tmp_path_factory, qwen3_tokenizer):
     harness.stop()
 
 
+def _measure(engine, tokenizer, name: str, base_url: str, prompts, workdir) -> ModeResult:
+    """Mode ``name`` run once through the draftgen CLI in this process against ``base_url``."""
+    mode = next(m for m in MODES if m.name == name)
+    return measure_mode(
+        mode,
+        base_url,
+        engine.recorder,
+        prompts,
+        workdir,
+        lambda *args: draftgen(*args, env_extra={KEY_ENV: "engine-test"}),
+        lambda text: tokenizer.encode(text, add_special_tokens=False),
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        seed=SEED,
+    )
+
+
 @pytest.fixture(scope="module")
 def mode_result(engine, qwen3_tokenizer, tmp_path_factory):
     """``mode_result(name)``: that mode run once (run, export, status), compared with the engine."""
@@ -69,22 +85,11 @@ def mode_result(engine, qwen3_tokenizer, tmp_path_factory):
     prompts = workdir / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(row) + "\n" for row in engine_prompts(PROMPTS)))
 
-    def in_process(*args: str):
-        return draftgen(*args, env_extra={KEY_ENV: "engine-test"})
-
     def get(name: str) -> ModeResult:
         if name not in results:
             mode = next(m for m in MODES if m.name == name)
-            results[name] = measure_mode(
-                mode,
-                engine.base_url(mode.proxy),
-                engine.recorder,
-                prompts,
-                workdir,
-                in_process,
-                lambda text: tokenizer.encode(text, add_special_tokens=False),
-                lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
-                seed=SEED,
+            results[name] = _measure(
+                engine, tokenizer, name, engine.base_url(mode.proxy), prompts, workdir
             )
         return results[name]
 
@@ -214,21 +219,8 @@ def test_the_runs_resplit_estimate_is_within_twice_the_truth(engine, tmp_path, q
     rows = engine_prompts(ESTIMATE_PROMPTS)
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     tokenizer = qwen3_tokenizer[1]
-    mode = next(m for m in MODES if m.name == "text, --no-stream")
-
-    def in_process(*args: str):
-        return draftgen(*args, env_extra={KEY_ENV: "engine-test"})
-
-    result = measure_mode(
-        mode,
-        engine.base_url(TEXT),
-        engine.recorder,
-        prompts,
-        tmp_path,
-        in_process,
-        lambda text: tokenizer.encode(text, add_special_tokens=False),
-        lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
-        seed=SEED,
+    result = _measure(
+        engine, tokenizer, "text, --no-stream", engine.base_url(TEXT), prompts, tmp_path
     )
     truth = result.wrong_by_proof["text"]
     assert truth >= 10, "too few hidden re-splits to judge an estimate by"
@@ -264,21 +256,8 @@ def test_ingest_sends_the_conversation_as_the_engine_reads_it(engine, tmp_path, 
     prompts = tmp_path / "ingest.jsonl"
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     tokenizer = qwen3_tokenizer[1]
-    mode = next(m for m in MODES if m.name == "text, --no-stream")
-
-    def in_process(*args: str):
-        return draftgen(*args, env_extra={KEY_ENV: "engine-test"})
-
-    result = measure_mode(
-        mode,
-        engine.base_url(TEXT),
-        engine.recorder,
-        prompts,
-        tmp_path,
-        in_process,
-        lambda text: tokenizer.encode(text, add_special_tokens=False),
-        lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
-        seed=SEED,
+    result = _measure(
+        engine, tokenizer, "text, --no-stream", engine.base_url(TEXT), prompts, tmp_path
     )
     assert (result.failures, result.rows) == (0, 6)
     exported = [json.loads(line) for line in (tmp_path / "text----no-stream.jsonl").open()]

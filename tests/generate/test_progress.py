@@ -196,3 +196,46 @@ def test_the_verified_count_follows_the_reconstruction_to_the_last_line(capsys):
     # The last line is written after the tally's last count: what the summary will say.
     assert "| verified 23/25 (92.0%) |" in record["message"]
     assert (record["verified"], record["samples_reconstructed"]) == (23, 25)
+
+
+def test_a_runs_last_progress_line_agrees_with_its_summary(tmp_path, monkeypatch, capsys):
+    """The engine writes its last line as the requests end; reconstruction held back until then
+    (as a long run's is, behind its last answers) makes every sample after it: the line written
+    once reconstruction is done is the summary's."""
+    from draftgen import logs
+    from draftgen.reconstruct import background
+
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "sk-test")
+    monkeypatch.setenv(background.WHERE_ENV, "thread")
+    follow = background._follow_run
+
+    def behind(run_dir, spec, profile, chars, started, done, stop):
+        done.wait()  # nothing is reconstructed while the requests go on
+        return follow(run_dir, spec, profile, chars, started, done, stop)
+
+    monkeypatch.setattr(background, "_follow_run", behind)
+    logs.configure("info", json=True)
+    prompts = write_prompts(tmp_path / "p.jsonl", 12, invalid=False)
+    with SimulatorThread(SimConfig(tokenizer=TOKENIZER, seed=1, max_tokens=30)) as sim:
+        options = RunOptions(
+            inputs=[str(prompts)],
+            model="m",
+            tokenizer=TOKENIZER,
+            out=tmp_path / "run",
+            base_url=sim.base_url,
+            api_key_env="DRAFTGEN_TEST_KEY",
+            concurrency=4,
+            no_calibrate=True,
+            progress_interval=3600,
+        )
+        summary = asyncio.run(run(options))
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
+    progress = [line for line in lines if line["logger"] == "draftgen.progress"]
+    assert progress[-2]["samples_reconstructed"] == 0  # the engine's last line
+    last = progress[-1]
+    counts = summary.counts
+    assert counts["samples"] > 0
+    assert (last["verified"], last["samples_reconstructed"]) == (
+        counts["verified"],
+        counts["samples"],
+    )

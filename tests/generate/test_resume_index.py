@@ -14,7 +14,8 @@ import sqlite3
 import pytest
 from conftest import write_prompts
 
-from draftgen.generate.resume import ROWS_PER_STATEMENT, SourceIds, StoredTurns
+from draftgen.generate.resume import StoredTurns
+from draftgen.inputs.admission import ROWS_PER_STATEMENT, SourceIds
 from draftgen.inputs.ingest import read_conversations
 from draftgen.inputs.plan import plan_turns
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS

@@ -236,13 +236,13 @@ def test_report_says_what_was_made_how_fast_and_what_to_do_with_the_flagged(run_
         | {(i, "truncated", "length") for (i,) in truncated}
         | {(i, "failed", r) for i, r in failed}
     )
-    from draftgen.outputs.report import REASON_MEANINGS
+    from draftgen.reconstruct.reasons import REASONS
 
     for entry in flagged["shown"]:
         assert f"<code>{html.escape(entry['id'])}</code>" in page
         assert html.escape(entry["fix"]) in page
         if entry["kind"] == "unverified":
-            assert entry["fix"].startswith(REASON_MEANINGS[entry["reason"]][0])
+            assert entry["fix"].startswith(REASONS[entry["reason"]].meaning)
     command = (
         f"draftgen export {run_dir} --include-unverified --out {run_dir}/with-unverified.jsonl"
     )

@@ -285,3 +285,44 @@ def test_a_pilot_without_an_endpoint_says_so_in_a_sentence(tmp_path):
     assert str(info.value).startswith(
         "the pilot of 2 prompts could not run: no endpoint given: pass --base-url "
     )
+
+
+def test_retries_add_the_slowest_requests_backoff():
+    from draftgen.run.estimate import retry_seconds
+
+    assert retry_seconds(200, 0.0, 0.5, 8) == (0.0, 0.0)
+    # One retry a request: an attempt fails half the time; among 200 requests one needs about
+    # log2(200) -> 8 retries, at most 7 (--max-attempts 8): 0.5 x (1 + 2 + ... + 64) = 63.5 s
+    # of backoff at most, half of it on average, and 7 failed attempts of 2 s each.
+    assert retry_seconds(200, 1.0, 0.5, 8, attempt_seconds=2.0) == (31.75, 63.5 + 14.0)
+    # Few retries among few requests: the slowest needs one (0.5 s at most).
+    assert retry_seconds(4, 0.1, 0.5, 8) == (0.25, 0.5)
+
+
+def test_a_pilot_that_retried_counts_the_retries_in_the_time(tmp_path, monkeypatch):
+    # Before: a pilot whose requests were retried timed the run as if none were, "1 s .. 2 s"
+    # for a run that took 5.7 s.
+    monkeypatch.setenv("DRAFTGEN_TEST_KEY", "k")
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 9)]
+    config = SimConfig(tokenizer=TOKENIZER, faults={"server_error": 0.5}, seed=2)
+    with SimulatorThread(config) as faulty:
+        given = options(tmp_path, inputs, base_url=faulty.base_url, pilot=8, max_attempts=8)
+        result = asyncio.run(estimate(given))
+    retried = result.pilot["retried_attempts"]
+    assert retried > 0 and result.retries_per_request == retried / 7  # 7 rows, 1 broken
+    assert result.retry_seconds_high > result.retry_seconds_low > 0
+    # The generation's own time, then the retries' on top.
+    assert result.seconds_high - result.retry_seconds_high > 0
+    line = next(x for x in format_estimate(result).splitlines() if x.startswith("  time"))
+    assert f"retries and backoff included ({result.retries_per_request:.2f} retries a " in line
+
+
+def test_without_a_pilot_the_time_says_it_leaves_retries_out(tmp_path):
+    inputs = [single_turn_prompts(tmp_path / "p.jsonl", 3)]
+    given = options(tmp_path, inputs, max_tokens=100)
+    given.retry_base_delay = 0.5
+    result = asyncio.run(estimate(given))
+    assert (
+        "the time leaves out retries and their backoff (up to 64 s for a request retried "
+        "--max-attempts times): --pilot measures how often they happen"
+    ) in result.notes

@@ -30,10 +30,9 @@ from draftgen.options import (
     config_tables,
     every_setting,
     kind_of,
-    simulator_flags,
-    simulator_value,
+    simulator_settings,
+    toml_value,
 )
-from draftgen.redact import described
 
 CONFIG_NAME = "draftgen.toml"
 DATASET_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
@@ -164,6 +163,8 @@ def load_config(path: Path) -> dict[str, Any]:
     for key, value in document.items():
         if key == "datasets" or key in owned or key == SIMULATOR_TABLE:
             continue
+        if key == "simulate" and isinstance(value, dict):
+            raise ConfigError(MISNAMED_SIMULATOR_TABLE.format(path=path))
         if key in command_tables():
             values.update(_command_table(path, key, value))
             continue
@@ -202,33 +203,39 @@ def load_config(path: Path) -> dict[str, Any]:
     return values
 
 
-SIMULATOR_TABLE = "simulator"  # draftgen simulate's table: its keys are the simulator's own
+# draftgen simulate's table: its keys are the simulator's own settings (SimConfig's fields).
+SIMULATOR_TABLE = "simulator"
+# What the table was called in places (docs and docstrings said [simulate]): refused by name, so
+# a file written after them never loses its settings unseen. ``simulate = true`` is the run's.
+MISNAMED_SIMULATOR_TABLE = (
+    "{path}: [simulate] is no table of draftgen.toml: the simulator's settings go in a "
+    "[simulator] table (simulate = true is the run's switch); rename the table"
+)
 
 
 def load_simulator_table(path: Path) -> dict[str, Any]:
     """``[simulator]`` of the file: the settings ``draftgen simulate`` takes, by field name,
-    converted as their flags are (``draftgen.simulator.config``'s declarations)."""
+    converted as the run's keys are (their declarations are ``SimConfig``'s)."""
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML ({exc}); fix the syntax there") from None
+    if isinstance(document.get("simulate"), dict):
+        raise ConfigError(MISNAMED_SIMULATOR_TABLE.format(path=path))
     section = document.get(SIMULATOR_TABLE, {})
     if not isinstance(section, dict):
         raise ConfigError(
             f"{path}: simulator must be a table ([simulator]), not {kind_of(section)}"
         )
-    declared = {name: flag for name, flag, _ in simulator_flags()}
+    declared = {s.key: s for s in simulator_settings()}
     values = {}
     for key, value in section.items():
         if key not in declared:
             raise ConfigError(
                 _unknown(path, f"simulator.{key}", [f"simulator.{k}" for k in declared])
             )
-        try:
-            values[key] = simulator_value(declared[key], value)
-        except DraftgenError as exc:
-            raise ConfigError(f"{path}: simulator.{key}: {exc}") from None
+        values[key] = _convert(path, f"simulator.{key}", declared[key], value, path.parent)
     return values
 
 
@@ -246,54 +253,24 @@ def _command_table(path: Path, name: str, section: object) -> dict[str, Any]:
 
 
 def _convert(path: Path, key: str, declared: Setting, value: Any, base: Path) -> Any:
-    if declared.kind is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: {key} must be true or false, not {kind_of(value)}")
-        return value
-    if declared.many:
-        if not isinstance(value, list):
-            raise ConfigError(
-                f"{path}: {key} must be a list, e.g. {key} = [{_example(declared)}], "
-                f"not {kind_of(value)}"
-            )
-        return [_scalar(path, f"{key}[{i}]", declared, v, base) for i, v in enumerate(value)]
-    return _scalar(path, key, declared, value, base)
-
-
-def _scalar(path: Path, key: str, declared: Setting, value: Any, base: Path) -> Any:
-    kind = declared.kind if declared.kind in (int, float) else str
-    if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, str)
-    if not ok:
-        expected = {int: "an integer", float: "a number"}.get(kind, "a string")
-        raise ConfigError(f"{path}: {key} must be {expected}, not {_shown(value)}")
+    """A key's value as its setting's (``toml_value``: the flag's conversion and checks), a
+    relative path placed beside the file, wherever draftgen is started."""
     try:
-        converted = declared.from_text(str(value))  # the flag's own conversion and checks
-    except (OptionError, ValueError) as exc:
-        raise ConfigError(f"{path}: {key} = {described(value)} is refused: {exc}") from None
-    if declared.choices is not None and converted not in declared.choices():
-        choices = ", ".join(str(c) for c in declared.choices())
-        shown = described(value, [str(c) for c in declared.choices()])
-        raise ConfigError(f"{path}: {key} must be one of {choices}, not {shown}")
-    if declared.kind is Path and not Path(str(converted)).is_absolute():
-        # Relative paths in a file are relative to that file, wherever draftgen is started.
-        joined = base / str(converted)
-        converted = joined if isinstance(converted, Path) else str(joined)
-    return converted
+        converted = toml_value(declared, key, value)
+    except OptionError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if declared.kind is not Path:
+        return converted
+    if declared.many:
+        return [_beside(base, item) for item in converted]
+    return _beside(base, converted)
 
 
-def _shown(value: Any) -> str:
-    """A mistyped value as an error names it: never verbatim when it could be a key."""
-    shown = described(value)
-    return shown if shown.startswith("a ") else f"{kind_of(value)} {shown}"
-
-
-def _example(declared: Setting) -> str:
-    return '"prompts.jsonl"' if declared.key == "input" else '"..."'
+def _beside(base: Path, converted: Any) -> Any:
+    if converted is None or Path(str(converted)).is_absolute():
+        return converted
+    joined = base / str(converted)
+    return joined if isinstance(converted, Path) else str(joined)
 
 
 def _datasets(path: Path, value: object, base: Path) -> list[DatasetSpec]:
@@ -328,7 +305,7 @@ def _backend_table(path: Path, table: dict, backend: Setting, base: Path) -> dic
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key == "name":
-            values["backend"] = _scalar(path, "backend.name", backend, value, base)
+            values["backend"] = _convert(path, "backend.name", backend, value, base)
         elif key != "endpoints":
             raise ConfigError(
                 _unknown(path, f"backend.{key}", ["backend.name", "backend.endpoints"])
@@ -448,6 +425,7 @@ out = "runs/kimi-k2.5"  # the run directory; the same command resumes into it
 # idle_timeout = 300.0  # seconds a response may send nothing (keep-alive comments are nothing)
 # attempt_timeout = 3600.0  # seconds one attempt may take in all; 0: no limit
 # max_response_bytes = 50331648  # per response; unset: 16 MiB + 1 KiB per max_tokens token
+# max_answer_bytes = 4194304  # the text of one answer; a longer one is kept apart, refused
 # max_attempts = 8  # attempts per request
 # retry_base_delay = 0.5  # first backoff, doubling per attempt
 # max_retries = 20000  # retries across the whole run

@@ -6,7 +6,6 @@ import argparse
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from draftgen.cli.parser import (
 from draftgen.cli.parser import say_error as _say_error
 from draftgen.options import setting_named
 from draftgen.redact import printable, redact
+from draftgen.signals import SignalHandlers, SignalInterrupt
 
 if TYPE_CHECKING:
     from draftgen.api import RunSummary
@@ -222,29 +222,22 @@ class ExportSignals:
     once it has, the export is complete, so a signal is only noted (``late``) and the command
     prints what it wrote and exits 0."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __init__(self) -> None:
         self.complete = False
         self.late: int | None = None
-        self._saved: dict[int, object] = {}
+        self._handlers = SignalHandlers(self._on_signal)
 
     def __enter__(self) -> ExportSignals:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._saved[signum] = signal.signal(signum, self._on_signal)
+        self._handlers.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
+        self._handlers.restore()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self.complete:
             self.late = signum
             return
-        from draftgen.api import SignalInterrupt
-
         raise SignalInterrupt(signum)
 
 
@@ -339,14 +332,18 @@ def simulator_config(args: argparse.Namespace):
     draftgen.toml's ``[simulator]`` key, else the simulator's declared default."""
     from draftgen.api import SimConfig
     from draftgen.cli.config import find_config, load_simulator_table
-    from draftgen.options import simulator_flags, simulator_value
+    from draftgen.options import simulator_settings, toml_value
 
     path = find_config(args)
     values = load_simulator_table(path) if path is not None else {}
-    for name, flag, _ in simulator_flags():
-        given = getattr(args, name, None)
-        if given is not None:
-            values[name] = simulator_value(flag, given)
+    for declared in simulator_settings():
+        given = getattr(args, declared.name, None)
+        if given is None:
+            continue
+        # argparse converted a plain flag (its type); a repeatable one's values are gathered
+        # as a draftgen.toml list is.
+        repeated = declared.shape != "one"
+        values[declared.name] = toml_value(declared, declared.flag, given) if repeated else given
     return SimConfig(**values)
 
 

@@ -27,7 +27,7 @@ from draftgen.options import (
     profile_names,
     renamed_flags,
     setting_named,
-    simulator_flags,
+    simulator_settings,
     vocab_trainers,
 )
 from draftgen.redact import described, printable, redact
@@ -476,23 +476,23 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
         help="port to listen on; 0 picks a free one (default 8000)",
     )
     _add_config_flags(simulate)
-    for name, flag, default in simulator_flags():
-        extra: dict = {"metavar": flag.metavar}
-        if flag.shape != "one":
+    for declared in simulator_settings():
+        extra: dict = {"metavar": declared.metavar}
+        if declared.shape != "one":
             extra["action"] = "append"
         else:
-            extra["type"] = flag.kind if flag.kind is not str else None
-        if flag.choices:
-            extra["choices"] = flag.choices
-            extra["metavar"] = flag.metavar or None
-        if name == "profile":
+            extra["type"] = declared.kind if declared.kind is not str else None
+        if declared.choices:
+            extra["choices"] = declared.choices()
+            extra["metavar"] = declared.metavar or None
+        if declared.name == "profile":
             extra["choices"] = profile_names()
-        shown = _shown_default(default)
+        shown = _shown_default(declared.default)
         simulate.add_argument(
-            flag.flag,
-            dest=name,
-            default=None,  # not given: draftgen.toml's [simulate] key, else the declared default
-            help=flag.help + (f" (default {shown})" if shown else ""),
+            declared.flag,
+            dest=declared.name,
+            default=None,  # not given: draftgen.toml's [simulator] key, else the declared default
+            help=declared.help + (f" (default {shown})" if shown else ""),
             **extra,
         )
 

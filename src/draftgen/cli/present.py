@@ -7,14 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import orjson
-
-from draftgen.redact import printable, usd
+from draftgen.redact import printable, printable_json, usd
 
 
 def as_json(data: object) -> str:
     """``--json``: the data as the library returns it, indented."""
-    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    return printable_json(data, indent=True)
 
 
 def format_merge(summary) -> str:
@@ -450,6 +448,13 @@ def format_estimate(result) -> str:
             f"  time               {_duration(result.seconds_low)} .. "
             f"{_duration(result.seconds_high)} at {result.concurrency} in flight, "
             f"{result.tokens_per_second:.1f} tokens/s each"
+            + (
+                f", retries and backoff included ({result.retries_per_request:.2f} retries a "
+                f"request in the pilot: +{_duration(result.retry_seconds_low)} .. "
+                f"{_duration(result.retry_seconds_high)})"
+                if result.retries_per_request
+                else ""
+            )
         )
     if result.pilot:
         lines.append(

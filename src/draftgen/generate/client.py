@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import random
 import time
@@ -79,6 +80,16 @@ REFUSED_ANSWERS = 2
 REFUSED_USAGE = "refused_usage"
 # What hears an answer refused for its usage: (what it is billed on, the request's bytes).
 KeepRefused = Callable[[Billed, int], Awaitable[None]]
+# The text one answer may hold (content, reasoning and tool calls, UTF-8): four times the longest
+# answer a listing allows (262,144 tokens of ~4 bytes). Reconstruction encodes a text with no
+# safe cut (``tokens.long_text``) whole, its time and memory growing with it: 8 answers of 30 MB
+# held a run for minutes at 3.5 GB. A longer answer is refused as it passes the cap (a stream is
+# no longer read, so no longer paid for), kept apart as billed, and bought once more.
+ANSWER_BYTES = 4 * 2**20
+ANSWER_TOO_LONG = "answer_too_long"
+# A stream's folded answer is measured exactly (an O(n) count) only as it nears the cap, and then
+# at most once per this many more characters: the cap is passed by at most 4 times as many bytes.
+ANSWER_CHECK_STEP = 16 * 2**10
 
 
 def default_response_bytes(max_tokens: int | None) -> int:
@@ -353,6 +364,7 @@ class ChatClient:
         idle_timeout: float = 300.0,
         attempt_timeout: float | None = DEFAULT_ATTEMPT_TIMEOUT,
         max_response_bytes: int = RESPONSE_BYTES_WITHOUT_MAX_TOKENS,
+        max_answer_bytes: int | None = ANSWER_BYTES,
         max_retries: int | None = None,
         budget: SpendGuard | None = None,
         backend: Backend | None = None,
@@ -363,7 +375,8 @@ class ChatClient:
         memory: ResponseMemory | None = None,
     ) -> None:
         """``idle_timeout`` bounds the silence between data events (0: none), ``attempt_timeout``
-        one attempt in all (0 or None: none), ``max_response_bytes`` its answer.
+        one attempt in all (0 or None: none), ``max_response_bytes`` its response,
+        ``max_answer_bytes`` the text of its answer (None: no cap; ``ANSWER_BYTES``).
         ``max_retries`` bounds retries across the whole run; ``budget`` reserves each
         attempt's worst case, holding or refusing attempts that could pass a spending limit.
         With several endpoints, ``concurrency`` is the run's total and ``endpoint_concurrency``
@@ -394,6 +407,7 @@ class ChatClient:
         self._idle_timeout = idle_timeout
         self._attempt_timeout = attempt_timeout or None
         self._max_response_bytes = max_response_bytes
+        self._max_answer_bytes = max_answer_bytes
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -551,7 +565,8 @@ class ChatClient:
         if error.fatal and not absorbed:
             raise FatalApiError(self._redact(str(error)))
         if refused_out:
-            raise GenerationFailed(REFUSED_USAGE, errors)
+            kind = ANSWER_TOO_LONG if error.kind == ANSWER_TOO_LONG else REFUSED_USAGE
+            raise GenerationFailed(kind, errors)
         if not error.retryable and not absorbed:
             raise GenerationFailed(error.kind, errors)
         if attempt < attempts:
@@ -638,11 +653,16 @@ class ChatClient:
             parse = backend.parse_completion if backend else parse_completion
             raw = await self._read_body(response)
             try:
-                return parse(raw)
+                completion = parse(raw)
             except ApiError as error:
                 if error.billed is not None and not error.billed.answer:
                     error.billed = replace(error.billed, answer=raw)  # a backend's own parse
                 raise
+            cap = self._max_answer_bytes
+            if cap is not None and len(raw) > cap and (size := answer_size(completion)) > cap:
+                named = (completion.generation_id, completion.provider)
+                raise self._too_long(size, completion.usage, raw, named, whole=True)
+            return completion
         accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
         return await self._read_stream(response, accumulator)
 
@@ -689,6 +709,11 @@ class ChatClient:
         # What the folded answer holds, far less than its events' bytes; an accumulator of
         # another shape is charged what it read.
         held = getattr(accumulator, "held_bytes", None)
+        chars = getattr(accumulator, "text_chars", None)
+        answer_cap = self._max_answer_bytes if chars else None
+        # The exact byte count (up to 4 a character) is taken once the characters could pass
+        # the cap, and again only after as many more as could pass what is left of it.
+        check_from = answer_cap // 4 if answer_cap is not None else None
         with self.memory.reading() as reading:
             async for data in response.content.iter_any():
                 received += len(data)
@@ -696,7 +721,17 @@ class ChatClient:
                     raise self._too_large()
                 clock.observe(data)
                 accumulator.feed_bytes(data)
-                self.memory.hold(reading, held() if held else received)
+                holding = held() if held else received
+                self.memory.hold(reading, holding)
+                if check_from is not None and (text := chars()) > check_from:
+                    size = accumulator.answer_bytes()
+                    if size > answer_cap:
+                        named = (
+                            getattr(accumulator, "generation_id", None),
+                            getattr(accumulator, "provider", None),
+                        )
+                        raise self._too_long(size, None, folded_answer(accumulator), named)
+                    check_from = text + max((answer_cap - size) // 4, ANSWER_CHECK_STEP)
                 if accumulator.done:
                     break
                 # Every accumulator is a StreamAccumulator's; one of another shape never says so.
@@ -712,6 +747,36 @@ class ChatClient:
             f"the response passed {self._max_response_bytes:,} bytes and was dropped; pass a "
             "larger --max-response-bytes if answers this long are expected",
         )
+
+    def _too_long(
+        self,
+        size: int,
+        usage: dict | None,
+        answer: bytes,
+        named: tuple[str | None, str | None],
+        whole: bool = False,
+    ) -> ApiError:
+        """An answer whose text passed ``--max-answer-bytes``: refused, and billed (a whole body
+        on its usage; a stream cut at the cap on its bytes), so kept apart, never lost."""
+        usage = usage or {}
+        cost = usage.get("cost")
+        what = "an answer" if whole else "a streamed answer, no longer read,"
+        message = (
+            f"{what} held {size:,} bytes of text, more than --max-answer-bytes "
+            f"{self._max_answer_bytes:,}; a --max-tokens bounds the answers, or a larger "
+            "--max-answer-bytes takes them"
+        )
+        billed = Billed(
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            size,
+            float(cost) if isinstance(cost, (int, float)) else 0.0,
+            message,
+            orjson.dumps(usage).decode() if usage else "",
+            answer,
+            *named,
+        )
+        return ApiError(ANSWER_TOO_LONG, message, billed=billed)
 
     async def _probe(self, endpoint: Endpoint) -> bool:
         """Whether an ejected endpoint answers at all: any reply below 500 to ``GET /models``
@@ -834,6 +899,24 @@ def _whole_json_object(body: bytes) -> bool:
         return isinstance(orjson.loads(body), dict)
     except orjson.JSONDecodeError:
         return False
+
+
+def answer_size(completion: Completion) -> int:
+    """The bytes of an answer's texts and tool calls (UTF-8), as ``--max-answer-bytes`` counts."""
+    texts = (completion.content or "", completion.reasoning or "")
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    return size + (len(orjson.dumps(completion.tool_calls)) if completion.tool_calls else 0)
+
+
+def folded_answer(accumulator: Accumulator) -> bytes:
+    """What a stream cut short had folded (JSON): its texts and the ids that name it."""
+    message = {
+        "content": "".join(getattr(accumulator, "content", [])),
+        "reasoning": "".join(getattr(accumulator, "reasoning", [])),
+    }
+    answer = {"id": getattr(accumulator, "generation_id", None), "message": message}
+    answer["provider"] = getattr(accumulator, "provider", None)
+    return json.dumps(answer).encode()  # ASCII: a lone surrogate a server sent is kept too
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:

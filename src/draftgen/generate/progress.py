@@ -43,6 +43,8 @@ class Tally(Protocol):
 
     def stop(self) -> None: ...
 
+    def recount(self) -> None: ...
+
 
 @dataclass
 class RunProgress:

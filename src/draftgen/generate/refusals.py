@@ -1,5 +1,5 @@
-"""Answers refused for their usage (a false cost, a count out of range), as a live run keeps them:
-stored apart before the request is sent again, counted as spent at their billed estimate.
+"""Answers refused but billed (a false cost, a count out of range, a text past --max-answer-bytes),
+as a live run keeps them: stored apart before the request is sent again, counted as spent.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ _log = logging.getLogger("draftgen.generate")
 
 
 class RefusedAnswers:
-    """Keeps each answer refused for its usage through the run's ``writer`` and counts it in
-    ``budget`` (--max-cost, if any). ``costs`` is the run's ``CostCounter`` once --max-cost
-    found its prices; without --max-cost the prices are found (``find``) at the first refusal,
-    once for all the refusals waiting on them."""
+    """Keeps each answer refused for its usage or its length through the run's ``writer`` and
+    counts it in ``budget`` (--max-cost, if any). ``costs`` is the run's ``CostCounter`` once
+    --max-cost found its prices; without --max-cost the prices are found (``find``) at the
+    first refusal, once for all the refusals waiting on them."""
 
     def __init__(
         self,
@@ -65,7 +65,7 @@ class RefusedAnswers:
         if self.budget is not None:
             self.budget.add_refused(cost)
         _log.warning(
-            "an answer refused for its usage (%s) is kept apart as billed, counted at $%.6g",
+            "an answer refused (%s) is kept apart as billed, counted at $%.6g",
             billed.reason,
             cost,
         )

@@ -1,12 +1,9 @@
-"""What a run has already: the index of stored turns a resume skips, and the source ids of the
-rows read so far. Shared by the live generation step (``engine``) and the batch one.
+"""What a run has already: the index of stored turns a resume skips. Shared by the live
+generation step (``engine``) and the batch one.
 """
 
 from __future__ import annotations
 
-import sqlite3
-
-from draftgen.inputs.ingest import Conversation
 from draftgen.inputs.plan import TurnPlan
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.store.database import Store, StoreError
@@ -74,89 +71,3 @@ def _compact_key(key: str) -> int | str:
     if len(key) == 32 and not key.strip(HEX_DIGITS):
         return int(key, 16)
     return key
-
-
-class SourceIds:
-    """The ids the rows used so far, with their conversation's fingerprint and where they were read.
-
-    Held in a private temporary SQLite file (the page cache bounds its memory), so memory stays
-    flat however many rows the input has. Rows are best checked many at a time
-    (``duplicate_problems``): two statements for all of them, where one a row would hand the
-    interpreter lock to another thread (the renderer) and wait to get it back, every row.
-    """
-
-    def __init__(self) -> None:
-        # "": a private temporary file, deleted on close.
-        self._db = sqlite3.connect("", isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=OFF")
-        self._db.execute("PRAGMA synchronous=OFF")
-        self._db.execute(
-            "CREATE TABLE seen (id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, "
-            "input TEXT NOT NULL, line INTEGER NOT NULL) WITHOUT ROWID"
-        )
-        self._db.execute("BEGIN")  # one transaction for the run: nothing here outlives it
-
-    def duplicate_problem(self, conversation: Conversation, plans: list[TurnPlan]) -> str | None:
-        """Why this row's id cannot be used (another conversation has it), or None."""
-        fingerprint = plans[-1].key if plans else ""
-        row = (conversation.source_id, fingerprint, conversation.input, conversation.line)
-        if self._db.execute(INSERT_SEEN_ID, row).rowcount == 1:
-            return None
-        previous_fingerprint, previous_input, previous_line = self._db.execute(
-            "SELECT fingerprint, input, line FROM seen WHERE id = ?", (conversation.source_id,)
-        ).fetchone()
-        if previous_fingerprint == fingerprint:
-            return None  # an exact duplicate: its turns are shared through their keys
-        return _reused(conversation.source_id, previous_input, previous_line)
-
-    def duplicate_problems(
-        self, rows: list[tuple[Conversation, list[TurnPlan]]]
-    ) -> list[str | None]:
-        """``duplicate_problem`` of each row, in order, as if they were checked one by one."""
-        first: dict[str, tuple[str, str, int]] = {}  # id -> its first row's fingerprint, place
-        ids = list(dict.fromkeys(conversation.source_id for conversation, _ in rows))
-        for start in range(0, len(ids), ROWS_PER_STATEMENT):
-            part = ids[start : start + ROWS_PER_STATEMENT]
-            found = self._db.execute(
-                "SELECT id, fingerprint, input, line FROM seen WHERE id IN "
-                f"({', '.join('?' * len(part))})",
-                part,
-            )
-            first.update((row[0], row[1:]) for row in found)
-        problems: list[str | None] = []
-        new: list[tuple[str, str, str, int]] = []
-        for conversation, plans in rows:
-            fingerprint = plans[-1].key if plans else ""
-            previous = first.get(conversation.source_id)
-            if previous is None:
-                first[conversation.source_id] = (fingerprint, conversation.input, conversation.line)
-                new.append((conversation.source_id, *first[conversation.source_id]))
-                problems.append(None)
-            else:
-                same = previous[0] == fingerprint  # an exact duplicate shares its turns' keys
-                problems.append(None if same else _reused(conversation.source_id, *previous[1:]))
-        for start in range(0, len(new), ROWS_PER_STATEMENT):
-            part = new[start : start + ROWS_PER_STATEMENT]
-            self._db.execute(
-                "INSERT INTO seen (id, fingerprint, input, line) VALUES "
-                + ", ".join(["(?, ?, ?, ?)"] * len(part)),
-                [value for row in part for value in row],
-            )
-        return problems
-
-    def close(self) -> None:
-        self._db.close()
-
-
-def _reused(source_id: str, previous_input: str, previous_line: int) -> str:
-    return (
-        f"id {source_id!r} is already used by line {previous_line} of {previous_input} for a "
-        "different conversation; give each row a unique id"
-    )
-
-
-INSERT_SEEN_ID = (
-    "INSERT INTO seen (id, fingerprint, input, line) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
-)
-# Rows bound in one statement: 4 values each, within the 999 SQLite took before 3.32.
-ROWS_PER_STATEMENT = 200

@@ -5,9 +5,12 @@ stops sending and lets what is in flight finish; a second abandons it.
 from __future__ import annotations
 
 import asyncio
-import signal
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
+
+from draftgen.signals import add_loop_handlers, remove_loop_handlers
 
 if TYPE_CHECKING:
     from draftgen.generate.progress import RunProgress
@@ -31,21 +34,32 @@ class SignalStop:
     The one place an engine writes to stderr itself: the user pressed a key and waits for word.
     """
 
-    # SIGHUP (a closed terminal or SSH session) would by default end the process at once,
-    # losing what is in flight.
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __init__(self, engine: Interruptible, loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine
         self.loop = loop
 
     def install(self) -> None:
-        for signum in self.SIGNALS:
-            self.loop.add_signal_handler(signum, self.on_signal, signum)
+        add_loop_handlers(self.loop, self.on_signal)
 
     def remove(self) -> None:
-        for signum in self.SIGNALS:
-            self.loop.remove_signal_handler(signum)
+        remove_loop_handlers(self.loop)
+        if (after := _AFTER.get(self.loop)) is not None:
+            add_loop_handlers(self.loop, after)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def afterwards(
+        loop: asyncio.AbstractEventLoop, handler: Callable[[int], None]
+    ) -> Iterator[None]:
+        """``handler`` hears the signals from the moment an engine removes its own until the
+        block ends (the run's tail: the writer's last rows, the reconstruction's rest), so a
+        Ctrl-C there is answered at once, not taken for a crash once the tail is done."""
+        _AFTER[loop] = handler
+        try:
+            yield
+        finally:
+            del _AFTER[loop]
+            remove_loop_handlers(loop)
 
     def on_signal(self, signum: int) -> None:
         # A second signal, not a stop the run made itself (a store that took no more, a full
@@ -59,3 +73,7 @@ class SignalStop:
     @staticmethod
     def say(text: str) -> None:
         print(text, file=sys.stderr)
+
+
+# The handler a run's tail gives the signals once an engine lets go of them (``afterwards``).
+_AFTER: dict[asyncio.AbstractEventLoop, Callable[[int], None]] = {}

@@ -9,13 +9,11 @@ regenerated answers), so identical prompts share one generation and a resume fin
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import orjson
 
 from draftgen.inputs.ingest import Conversation, Rejection
-from draftgen.inputs.shard import Shard
 
 # Why a valid row is rejected when its last message is already an answer.
 NOTHING_TO_ANSWER = "row has no user or tool turn left to answer after its last assistant message"
@@ -105,42 +103,13 @@ class PlanCount:
     shard_rows: int = 0  # of those, the rows in this run's shard
     turns: int = 0  # assistant turns of those rows
     completions_per_turn: int = 1
+    first_rejected: Rejection | None = None  # this shard's first rejected row
 
     @property
     def requests(self) -> int:
         """Requests the plan holds: turns times completions (duplicates and stored turns are
         sent once, and not again, so the run may send fewer)."""
         return self.turns * self.completions_per_turn
-
-
-def count_plan(
-    items: Iterable[Conversation | Rejection],
-    completions_per_turn: int = 1,
-    shard: Shard | None = None,
-    on_reject: Callable[[Rejection], None] | None = None,
-) -> PlanCount:
-    """Count rows, rejections, turns and requests as the run plans them, one row at a time.
-
-    A row whose ``id`` another conversation already used is rejected only by the run itself
-    (that check keeps every id seen): here it counts as planned.
-    """
-    count = PlanCount(completions_per_turn=completions_per_turn)
-    for item in items:
-        count.rows += 1
-        if isinstance(item, Conversation):
-            plans = plan_turns(item)
-            if plans:
-                count.answerable += 1
-                if shard is None or shard.holds_key(plans[0].key):
-                    count.shard_rows += 1
-                    count.turns += len(plans)
-                continue
-            item = Rejection(item.input, item.line, NOTHING_TO_ANSWER)
-        if shard is None or shard.holds_line(item.input, item.line):
-            count.rejected += 1
-            if on_reject is not None:
-                on_reject(item)
-    return count
 
 
 def original_answers(conversation: Conversation) -> list[str]:

@@ -13,12 +13,13 @@ import dataclasses
 import difflib
 import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Re-exported: every name importable from draftgen.options as before the split.
+from draftgen.declaration import SETTING, Setting, setting, settings_of, toml_value  # noqa: F401
 from draftgen.options.checks import (  # noqa: F401
     DOLLARS,
     KEYS_GO_IN_THE_ENVIRONMENT,
@@ -46,12 +47,10 @@ from draftgen.options.registries import (  # noqa: F401
     profile_names,
     reasoning_efforts,
     simulator_dialects,
-    simulator_flags,
     simulator_hostile_kinds,
-    simulator_value,
+    simulator_settings,
     vocab_trainers,
 )
-from draftgen.redact import described
 
 if TYPE_CHECKING:
     from draftgen.generate.endpoints import EndpointSpec, HealthPolicy
@@ -106,148 +105,7 @@ SIMULATE_AND_ENDPOINT = (
 )
 
 
-# -- the declaration ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting: everything the CLI, draftgen.toml, the docs and the checks know of it."""
-
-    help: str  # "{default}" is replaced by the default as --help shows it
-    group: str  # a key of GROUPS
-    kind: type = str  # what a value is: str, int, float, bool, Path, dict (given as JSON), object
-    name: str = ""  # the RunOptions field (filled in from the field)
-    key: str = ""  # the TOML key and the parser's dest (default: name)
-    flag: str | None = ""  # "--max-tokens" (default: from key); None: no flag (TOML or API)
-    short: str | None = None  # "-o"
-    metavar: str | None = None
-    choices: Callable[[], Sequence[str]] | None = None  # the registry's names
-    check: Check | None = None
-    parse: Callable[[str], Any] | None = None  # text to value, OptionError if it cannot be
-    many: bool = False  # a repeatable flag, a list in TOML (--input)
-    repeatable: bool = False  # a repeatable flag that stays one string in TOML (--base-url)
-    negatable: bool = False  # --stream / --no-stream
-    toml: bool = True  # a key of draftgen.toml (top-level, or in ``table``)
-    table: str | None = None  # the TOML table holding the key ([estimate])
-    renamed: tuple[str, str] | None = None  # (old flag, what the new one means)
-    old_key: str | None = None  # a TOML key that still means this setting
-    required: tuple[str, ...] = ()  # the commands that cannot go without it
-    commands: tuple[str, ...] = RUN_COMMANDS
-    default: Any = None  # filled in from the field
-
-    def __post_init__(self) -> None:
-        key = self.key or self.name
-        object.__setattr__(self, "key", key)
-        if self.flag == "" and key:
-            object.__setattr__(self, "flag", "--" + key.replace("_", "-"))
-
-    @property
-    def spelled(self) -> str:
-        """How messages name the setting: its flag, else its key."""
-        return self.flag or self.key
-
-    @property
-    def named(self) -> str:
-        """How a refusal names the setting wherever it was given: its flag and its key in
-        draftgen.toml ("--model (model in draftgen.toml)")."""
-        if self.toml:
-            key = f"{self.table}.{self.key}" if self.table else self.key
-            return f"{self.flag} ({key} in draftgen.toml)" if self.flag else key
-        if self.flag is None and self.help.startswith("["):  # a table the config reader builds
-            return f"RunOptions.{self.name} ({self.help} in draftgen.toml)"
-        return self.spelled
-
-    def shown_default(self) -> str:
-        """The default as ``--help`` says it: 300.0 as 300, 0.5 as 0.5."""
-        value = self.default
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return f"{value:g}"
-        return str(value)
-
-    def help_text(self) -> str:
-        """The help, with its default and (where it says ``{choices}``) its choices."""
-        text = self.help.replace("{default}", self.shown_default())
-        if self.choices is not None:
-            text = text.replace("{choices}", ", ".join(self.choices()))
-        return text
-
-    def from_text(self, text: str) -> Any:
-        """A flag's (or a TOML value's) text as this setting's value, checked; OptionError with
-        the CLI's sentence if it is not one."""
-        if self.parse is not None:
-            return self.parse(text)
-        if self.check is not None:
-            return checked_text(text, self.kind, self.check)
-        if self.kind is Path and self.many:
-            return text  # a list of paths stays strings, as given
-        return self.kind(text) if self.kind in (int, float, Path) else text
-
-    def problem(self, value: Any) -> str | None:
-        """What is wrong with ``value`` given from Python, as the CLI says it; None if nothing."""
-        if value is None:  # not given: a setting without a default may be left so
-            return None if self.default is None else self._kind_problem(value)
-        if self.required and isinstance(value, str) and not value.strip():
-            # An empty model would be sent with every request and every turn refused for it.
-            return f"{self.named} is empty; give its value, a run cannot go without it"
-        if self.many:
-            if not isinstance(value, list):
-                return f"{self.spelled} must be a list, not {kind_of(value)}"
-            return next(filter(None, (self.problem_of_one(v) for v in value)), None)
-        return self.problem_of_one(value)
-
-    def problem_of_one(self, value: Any) -> str | None:
-        kind_problem = self._kind_problem(value)
-        if kind_problem:
-            return kind_problem
-        taken = self.choices
-        if taken is not None and value not in taken():
-            names = ", ".join(taken())
-            return f"{self.spelled} must be one of {names}, not {described(value, taken())}"
-        if self.check is not None and not self.check.ok(value):
-            return f"{self.spelled} {value} {self.check.phrase}"
-        if self.parse is _env_name:
-            try:
-                _env_name(value)
-            except OptionError as exc:
-                return f"{self.spelled}: {exc}"
-        return None
-
-    def _kind_problem(self, value: Any) -> str | None:
-        kinds = {
-            bool: ((bool,), "true or false"),
-            int: ((int,), "an integer"),
-            float: ((int, float), "a number"),
-            str: ((str,), "a string"),
-            Path: ((str, Path), "a path"),
-            dict: ((dict,), "a dict"),
-        }
-        if self.kind not in kinds or (self.repeatable and isinstance(value, list)):
-            return None
-        types, expected = kinds[self.kind]
-        if isinstance(value, types) and (self.kind is bool or not isinstance(value, bool)):
-            return None
-        shown = "" if value is None else f" {described(value)}"
-        return f"{self.spelled} must be {expected}, not {kind_of(value)}{shown}"
-
-
-SETTING = "draftgen_setting"  # the key of a field's metadata that holds its Setting
-
-
-def setting(default: Any = dataclasses.MISSING, **declared: Any) -> Any:
-    """A field of ``RunOptions`` declared as a setting (``Setting``'s fields as keywords)."""
-    return field(default=default, metadata={SETTING: Setting(**declared)})
-
-
-def settings_of(cls: type) -> tuple[Setting, ...]:
-    """The settings ``cls`` (RunOptions or a subclass) declares, in field order, each with its
-    field's name and default."""
-    found = []
-    for f in dataclasses.fields(cls):
-        declared = f.metadata.get(SETTING)
-        if declared is not None:
-            default = None if f.default is dataclasses.MISSING else f.default
-            found.append(dataclasses.replace(declared, name=f.name, default=default))
-    return tuple(found)
+# -- the declaration (draftgen.declaration: the simulator's settings are declared with it too) --
 
 
 def named_settings_only(cls: type) -> type:
@@ -549,6 +407,18 @@ class RunOptions:
         group="limits",
         help="give up on a response (body or stream) larger than this, and retry it "
         "(default: 16 MiB plus 1 KiB per token of --max-tokens, or 64 MiB without it)",
+    )
+    # generate.client.ANSWER_BYTES: reconstruction's time and memory grow with a text it cannot
+    # cut, so an answer's text is bounded whatever --max-tokens says.
+    max_answer_bytes: int = setting(
+        4 * 2**20,
+        kind=int,
+        check=POSITIVE,
+        metavar="N",
+        group="limits",
+        help="refuse an answer whose text (content, reasoning, tool calls) passes this many bytes: "
+        "a stream is no longer read, the answer is kept apart as billed and bought once more "
+        "(default 4194304: 4 MiB)",
     )
     max_attempts: int = setting(
         8,

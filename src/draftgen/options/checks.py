@@ -5,39 +5,28 @@ share, each failing with the CLI's one sentence (``OptionError``).
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from draftgen.errors import DraftgenError
-from draftgen.redact import NUMBER, described, key_shaped, url_credentials
+# The checks a declaration itself uses sit with it (draftgen.declaration), below the simulator's
+# settings; importable from here as before.
+from draftgen.declaration import (  # noqa: F401
+    KEYS_GO_IN_THE_ENVIRONMENT,
+    Check,
+    OptionError,
+    _env_name,
+    _number,
+    checked_text,
+    kind_of,
+)
+from draftgen.redact import described, key_shaped, url_credentials
 
 if TYPE_CHECKING:
     from draftgen.inputs.shard import Shard
 
 
-class OptionError(DraftgenError, ValueError):
-    """A setting whose value a run cannot take; the message is the CLI's sentence for it."""
-
-
-KEYS_GO_IN_THE_ENVIRONMENT = (
-    "API keys are never taken on the command line, where other users can read them in the "
-    "process list: export the key in an environment variable and name that variable with "
-    "--api-key-env (default OPENROUTER_API_KEY)"
-)
-
-
 # -- checks of a value: the same sentence for a flag, a TOML key and a Python caller -------------
-
-
-@dataclass(frozen=True)
-class Check:
-    """What a value must be (``ok``) and what is said of one that is not (``phrase``)."""
-
-    ok: Callable[[Any], bool]
-    phrase: str  # follows the value: "0 is not a positive integer"
 
 
 POSITIVE = Check(lambda v: v >= 1, "is not a positive integer")
@@ -101,16 +90,6 @@ def _texts(value: object) -> Iterator[str]:
             pending.extend(getattr(item, f.name) for f in dataclasses.fields(item))
 
 
-def _env_name(text: str) -> str:
-    """``--api-key-env``: a variable's name. A key given here instead is refused unshown."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
-        raise OptionError(
-            "this takes the name of an environment variable (like OPENROUTER_API_KEY), and what "
-            f"was given is not one (not shown: it may be a key); {KEYS_GO_IN_THE_ENVIRONMENT}"
-        )
-    return text
-
-
 def _shard(text: str) -> Shard:
     from draftgen.inputs.shard import ShardError, parse_shard
 
@@ -147,39 +126,3 @@ def _proofs(text: str) -> tuple[str, ...]:
             f"takes {', '.join(PROOFS)}, comma-separated (e.g. ids,logprobs), not {shown}"
         )
     return names
-
-
-def checked_text(text: str, kind: type, check: Check) -> int | float:
-    """``text`` as an int or float that passes ``check``; OptionError with the CLI's sentence."""
-    if kind is int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise OptionError(f"{_number(text)} {check.phrase}") from None
-        if not check.ok(value):
-            raise OptionError(f"{_number(text)} {check.phrase}")
-        return value
-    try:
-        number = float(text)
-    except ValueError:
-        raise OptionError(f"{described(text)} is not a number") from None
-    if not check.ok(number):
-        raise OptionError(f"{text} {check.phrase}")
-    return number
-
-
-def _number(text: str) -> str:
-    """A flag's value in its error: a number as written, anything else ``described``."""
-    return text if NUMBER.fullmatch(text) else described(text)
-
-
-def kind_of(value: object) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a table",
-        type(None): "nothing",
-    }.get(type(value), f"a {type(value).__name__}")

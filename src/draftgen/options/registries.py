@@ -58,19 +58,13 @@ def simulator_dialects() -> tuple[str, ...]:
     return DIALECTS
 
 
-def simulator_flags() -> list:
-    """The simulator's own declarations of ``draftgen simulate``'s settings
-    (``draftgen.simulator.config.simulator_flags``)."""
-    from draftgen.simulator.config import simulator_flags as flags
+def simulator_settings() -> tuple:
+    """The settings ``draftgen simulate`` takes, declared by the simulator on ``SimConfig``'s
+    fields with the run's own ``Setting``."""
+    from draftgen.declaration import settings_of
+    from draftgen.simulator.config import SimConfig
 
-    return flags()
-
-
-def simulator_value(flag, value: object) -> object:
-    """A ``simulate`` flag's (or ``[simulate]`` key's) value as its setting's."""
-    from draftgen.simulator.config import given_value
-
-    return given_value(flag, value)
+    return settings_of(SimConfig)
 
 
 def simulator_hostile_kinds() -> tuple[str, ...]:

@@ -36,8 +36,10 @@ from draftgen.outputs.report_page import (  # noqa: F401
     throughput_chart,
 )
 from draftgen.outputs.show import sample_tokens
+from draftgen.reconstruct.reasons import DOCS, meaning_of
 from draftgen.reconstruct.resplits import proof_figures, record_pairs, stored_pairs
 from draftgen.reconstruct.verify import unproven_figures
+from draftgen.redact import printable_json
 from draftgen.store.batch_timing import batch_rounds
 from draftgen.store.database import REJECTED_NAME, Store
 
@@ -57,99 +59,6 @@ PROMPT_TAIL = 40
 ANSWER_HEAD = 400
 # SpecForge's --max-length (2048 by default) and the lengths drafters are commonly trained at.
 MAX_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-DOCS = "docs/verification.md"
-# What each verification reason means (README "What verified means"), and the doc section.
-REASON_MEANINGS: dict[str, tuple[str, str]] = {
-    "ok": ("the ids decode to the text and both token counts match the provider's", "the-checks"),
-    "completion_count_mismatch": (
-        "the provider counted a different number of generated tokens: a non-canonical "
-        "segmentation or text the provider altered",
-        "the-checks",
-    ),
-    "prompt_count_mismatch": (
-        "the provider's prompt differs from the render of the chat template",
-        "prompt-ids",
-    ),
-    "decode_mismatch": ("decoding the ids does not give back the text", "the-checks"),
-    "whitespace_altered": (
-        "the count matches once whitespace is restored at the content's edges, and this "
-        "provider is known to strip it",
-        "whitespace-a-provider-strips",
-    ),
-    "reasoning_end_unproven": (
-        "the answer came back as all reasoning and no content, and the count does not prove "
-        "whether the model closed its reasoning: no think_end is put in the ids unproven",
-        "proof-ids-logprobs-or-text",
-    ),
-    "provider_strips_whitespace": (
-        "this provider strips edge whitespace and a strip here would not change the count, so "
-        "the sample cannot be proven",
-        "whitespace-a-provider-strips",
-    ),
-    "provider_reserialises_tool_arguments": (
-        "this provider was caught re-serialising tool-call arguments, and a re-serialisation "
-        "here would not change the count, so the sample cannot be proven",
-        "tool-arguments-a-provider-re-serialises",
-    ),
-    "no_usage": ("the response carried no token counts, so nothing could be proven", "the-checks"),
-    "structured_tool_calls": (
-        "the API returned message.tool_calls and the profile has no tool-call format",
-        "completion-ids",
-    ),
-    "tool_calls_inexact": (
-        "the tool-call markup rebuilt from message.tool_calls matches the count in no reading",
-        "completion-ids",
-    ),
-    "tool_arguments_reserialised": (
-        "the count matches only a re-serialised reading of the tool arguments: likely, not proven",
-        "completion-ids",
-    ),
-    "tool_argument_literal_unproven": (
-        "a rebuilt tool argument is a boolean or null, which the model spells two ways "
-        "(true or True) that a count cannot tell apart",
-        "completion-ids",
-    ),
-    "tool_call_id_rebuilt": (
-        "the provider renamed the model's tool call ids; rebuilt ones cannot be proven",
-        "completion-ids",
-    ),
-    "tool_call_format_unconfirmed": (
-        "the profile's tool-call markup is not confirmed, so rebuilt calls are never proven",
-        "models",
-    ),
-    "server_count_mismatch": (
-        "ids returned by a vLLM / SGLang server disagree with its own usage counts",
-        "the-checks",
-    ),
-    "logprob_text_mismatch": (
-        "logprob token bytes do not spell the returned content",
-        "the-checks",
-    ),
-    "reasoning_in_non_thinking_prompt": (
-        "reasoning came back although the prompt turned thinking off",
-        "the-checks",
-    ),
-    "content_filter": ("the provider filtered the answer", "the-checks"),
-    "prompt_render_failed": (
-        "the chat template, encoder or harmony could not render the prompt, or the engine "
-        "refuses it (gpt-oss: an effort other than low, medium or high)",
-        "prompt-ids",
-    ),
-    "prompt_mode_unproven": (
-        "thinking on and off render prompts of the same length, and the answer does not show "
-        "which one the server used",
-        "template-variables-and-what-is-proven",
-    ),
-    "prompt_date_unproven": (
-        "the template stamps the date and the request crossed midnight (UTC)",
-        "template-variables-and-what-is-proven",
-    ),
-    "prompt_renderer_unproven": (
-        "the published chat template renders this prompt to other ids at the same count as the "
-        "engine's renderer, and this provider has not shown which one it uses",
-        "renderer-parity",
-    ),
-}
 
 
 # -- numbers --------------------------------------------------------------------------------------
@@ -259,7 +168,7 @@ def reason_meanings(reasons: dict) -> dict:
     return {
         reason: {"meaning": meaning, "docs": f"{DOCS}#{anchor}"}
         for reason in reasons
-        for meaning, anchor in [REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))]
+        for meaning, anchor in [meaning_of(reason)]
     }
 
 
@@ -466,7 +375,7 @@ def _flag(sample_id: str, kind: str, reason: str) -> dict:
             "--max-tokens in a new run"
         )
     else:
-        meaning = REASON_MEANINGS.get(reason, ("see the docs", "the-checks"))[0]
+        meaning = meaning_of(reason)[0]
         fix = f"{meaning}; export with --include-unverified to keep it (verified: false)"
     return {"id": sample_id, "kind": kind, "reason": reason, "fix": fix}
 
@@ -749,7 +658,7 @@ def write_report(store: Store, out_dir: Path | None = None) -> tuple[Path, Path]
     out_dir = Path(out_dir or store.run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out_dir / JSON_NAME, out_dir / HTML_NAME
-    _replace(json_path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    _replace(json_path, printable_json(report, indent=True).encode())
     _replace(html_path, render_html(report).encode())
     return json_path, html_path
 

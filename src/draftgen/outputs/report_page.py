@@ -80,12 +80,13 @@ def docs_href(target: str) -> str | None:
 
 
 def _escaped(value) -> Markup:
-    """Every value the templates print, escaped as ``html.escape`` spells it (``&#x27;``, where
-    markupsafe writes ``&#39;``): the one spelling the report has always had. Markup (a macro's
-    output) is already HTML."""
+    """Every value the templates print, its control characters escaped (``printable``: a
+    server's ESC or CR never reaches the page raw) and then as ``html.escape`` spells it
+    (``&#x27;``, where markupsafe writes ``&#39;``): the one spelling the report has always had.
+    Markup (a macro's output) is already HTML."""
     if hasattr(value, "__html__"):
         return value
-    return Markup(html.escape(str(value)))
+    return Markup(html.escape(printable(value, newlines=True)))
 
 
 def _utc(seconds: float) -> str:

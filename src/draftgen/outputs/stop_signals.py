@@ -5,17 +5,9 @@ removed, and once the finished files are being put in place the signal is only n
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 
-
-class SignalInterrupt(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (or Ctrl-C) raised as Ctrl-C is, with its number: the command exits
-    128 + ``signum``, as a shell reports a process the signal ended."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+from draftgen.signals import SignalHandlers, SignalInterrupt
 
 
 class StopSignals:
@@ -31,10 +23,8 @@ class StopSignals:
     out.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __init__(self) -> None:
-        self._saved: dict[int, object] = {}
+        self._handlers = SignalHandlers(self._on_signal)
         self._swapping = False
         self._swapped = False
         self.after_swap: int | None = None  # a signal that came during or after the swap
@@ -42,15 +32,11 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         self._swapped = False
         self.after_swap = None
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._saved[signum] = signal.signal(signum, self._on_signal)
+        self._handlers.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
-        self._saved.clear()
+        self._handlers.restore()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self._swapping or self._swapped:

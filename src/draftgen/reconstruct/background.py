@@ -26,6 +26,14 @@ from draftgen import __version__
 from draftgen.errors import DraftgenError
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile, run_profile_named
 from draftgen.reconstruct.batch import reconstruct_batches
+from draftgen.reconstruct.reasons import (
+    COMPLETION_COUNT_MISMATCH,
+    PROMPT_RENDERER_UNPROVEN,
+    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
+    PROVIDER_STRIPS_WHITESPACE,
+    TOOL_ARGUMENTS_RESERIALISED,
+    WHITESPACE_ALTERED,
+)
 from draftgen.reconstruct.renderer_doubt import unproven_renderings
 from draftgen.reconstruct.resplits import record_pairs, stored_pairs
 from draftgen.reconstruct.text import strips_are_invisible
@@ -39,14 +47,8 @@ from draftgen.reconstruct.tool_rewrites import (
     spellings_at_count,
 )
 from draftgen.reconstruct.verify import (
-    COMPLETION_COUNT_MISMATCH,
-    PROMPT_RENDERER_UNPROVEN,
-    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
-    PROVIDER_STRIPS_WHITESPACE,
     REPAIR_WOULD_MATCH,
     RESPLIT_OR_ALTERED,
-    TOOL_ARGUMENTS_RESERIALISED,
-    WHITESPACE_ALTERED,
 )
 from draftgen.store.calibration import (
     RENDERER,
@@ -57,6 +59,7 @@ from draftgen.store.calibration import (
     providers_with,
 )
 from draftgen.store.database import Store
+from draftgen.store.mapped import waiting_out_bus_errors
 from draftgen.tokens import fast_encoder
 from draftgen.tokens.long_text import EncodingStopped
 from draftgen.tokens.rendering import template_renderer, tokenizer_profile
@@ -433,6 +436,11 @@ class BackgroundReconstruction:
         the samples made."""
         return await self._worker.finish(interrupted)
 
+    def stop(self) -> None:
+        """Stop after the text in hand (a signal while ``finish`` waits): what is made is kept,
+        the rest waits for a resume."""
+        self._worker.stop.set()
+
     def cancel(self) -> None:
         """End the reconstruction without a word if generation never started (nothing was
         touched); after ``finish``, nothing to do."""
@@ -651,7 +659,11 @@ def _child_main(
     root.setLevel(level)
     root.propagate = False
     try:
-        made = _follow_run(run_dir, tokenizer_spec, profile_name, expected_chars, **events)
+        # Its connections map the store's -shm too: a write to it while the directory is
+        # immutable is waited out here as in the run's process (silently: this is the thread
+        # that writes).
+        with waiting_out_bus_errors(run_dir):
+            made = _follow_run(run_dir, tokenizer_spec, profile_name, expected_chars, **events)
     except BaseException as exc:  # noqa: BLE001 - every error is the parent's to raise
         sender.send(("error", _picklable(exc)))
     else:

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from draftgen.reconstruct.verify import (
+from draftgen.reconstruct.reasons import (
     COMPLETION_COUNT_MISMATCH,
     OK,
     PROVIDER_STRIPS_WHITESPACE,

@@ -25,14 +25,17 @@ from typing import Any
 
 from draftgen.profiles import SPECIAL_SHAPED, ModelProfile, ToolCallFormatError, ToolCallMarkup
 from draftgen.profiles.base import REASONING_UNCLOSED, Segment
-from draftgen.reconstruct.token_tables import special_text_of_prompt, token_bytes_table
-from draftgen.reconstruct.verify import (
+from draftgen.reconstruct.reasons import (
     PROMPT_DATE_UNPROVEN,
     PROMPT_MODE_UNPROVEN,
     PROMPT_RENDER_FAILED,
     REASONING_END_UNPROVEN,
-    REPAIR_WOULD_MATCH,
+    REASONING_IN_NON_THINKING,
     TOOL_ARGUMENTS_COUNT_NEUTRAL,
+)
+from draftgen.reconstruct.token_tables import special_text_of_prompt, token_bytes_table
+from draftgen.reconstruct.verify import (
+    REPAIR_WOULD_MATCH,
     TOOL_CALLS_REBUILT,
     TOOL_CALLS_UNREBUILT,
     WHITESPACE_UNCHECKED,
@@ -140,7 +143,7 @@ def _bodies(
     framed = head + content + tail
     if mode == "closed":
         if reasoning:
-            notes.append("reasoning_in_non_thinking_prompt")
+            notes.append(REASONING_IN_NON_THINKING)
         return [framed]
     if not reasoning and profile.think_end in content:
         # No reasoning split: the think markup is still inside content.

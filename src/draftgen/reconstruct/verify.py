@@ -12,22 +12,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from draftgen.profiles import ModelProfile
+from draftgen.reconstruct.reasons import (
+    COMPLETION_COUNT_MISMATCH,
+    CONTENT_FILTER,
+    DECODE_MISMATCH,
+    DOUBT_REASONS,
+    LOGPROB_TEXT_MISMATCH,
+    NO_USAGE,
+    OK,
+    PROMPT_COUNT_MISMATCH,
+    REASONING_END_UNPROVEN,
+    REASONING_IN_NON_THINKING,
+    SERVER_COUNT_MISMATCH,
+    STRUCTURED_TOOL_CALLS,
+    TOOL_ARGUMENT_LITERAL_UNPROVEN,
+    TOOL_ARGUMENTS_COUNT_NEUTRAL,
+    TOOL_ARGUMENTS_RESERIALISED,
+    TOOL_CALL_FORMAT_UNCONFIRMED,
+    TOOL_CALL_ID_REBUILT,
+    TOOL_CALLS_INEXACT,
+)
 from draftgen.records import Completion, StoredCompletion
 
-# Reason codes, in the order they are checked; the first failing one is the sample's reason.
-OK = "ok"
-STRUCTURED_TOOL_CALLS = "structured_tool_calls"
-NO_USAGE = "no_usage"
-PROMPT_COUNT_MISMATCH = "prompt_count_mismatch"
-COMPLETION_COUNT_MISMATCH = "completion_count_mismatch"
-DECODE_MISMATCH = "decode_mismatch"
-REASONING_IN_NON_THINKING = "reasoning_in_non_thinking_prompt"
-CONTENT_FILTER = "content_filter"
-# A completion count whitespace restored at the content's edges would match, from a provider
-# known to strip (it never returned content with edge whitespace): set after all samples are
-# read (``reconstruct.background.flag_invisible_strips``); a sample alone only says the repair
-# would match (``COMPLETION_COUNT_MISMATCH``, ``RESPLIT_OR_ALTERED`` and the repair).
-WHITESPACE_ALTERED = "whitespace_altered"
 # The end of a whitespace repair's words in a sample's detail: how the provider-level check
 # finds the count mismatches a repair would explain.
 REPAIR_WOULD_MATCH = "after the content would also match the count"
@@ -35,42 +41,6 @@ REPAIR_WOULD_MATCH = "after the content would also match the count"
 RESPLIT_OR_ALTERED = (
     "re-tokenization (the model's ids are not the canonical encoding of its text) or altered text"
 )
-# Structured tool calls were rebuilt as markup, but the count shows they are not what was generated
-# (the provider re-serialised the arguments in a way no reading reproduces, or renamed a call).
-TOOL_CALLS_INEXACT = "tool_calls_inexact"
-# The count picked a reading of the tool calls other than the provider's own text: arguments
-# re-serialised (key order and spacing cannot be proven by a count) or a call id rebuilt (Kimi's
-# ``functions.NAME:IDX`` index is not always the position). The ids are likely, not proven.
-TOOL_ARGUMENTS_RESERIALISED = "tool_arguments_reserialised"
-TOOL_CALL_ID_REBUILT = "tool_call_id_rebuilt"
-# Where the engine's parser dumps the arguments it parsed (``tool_arguments_parsed``), the
-# model's spelling is one of the readings: this one's count is also another spelling's, with
-# other ids, so the count does not say which one the model wrote.
-TOOL_ARGUMENTS_COUNT_NEUTRAL = "tool_arguments_count_neutral"
-# A rebuilt XML parameter holds a boolean or null, which the model may have spelled either way
-# (Qwen3.5's true or True, null or None): one token each, so a count cannot tell.
-TOOL_ARGUMENT_LITERAL_UNPROVEN = "tool_argument_literal_unproven"
-# The profile's tool-call markup is not confirmed (DeepSeek V3.2's DSML): a matching count does
-# not prove the rebuilt ids, so such samples never pass on the text path.
-TOOL_CALL_FORMAT_UNCONFIRMED = "tool_call_format_unconfirmed"
-# An answer returned as all reasoning and no content reads both as one that closed its
-# reasoning (``think_end`` generated, nothing after it) and as one that ended inside it (the end
-# of turn before ``think_end``: vLLM returns both so), and the count does not prove which: none
-# was given, both readings have it, or it is the closed reading's (which an unclosed answer with
-# a re-split has too). ``think_end`` is never put in the ids unproven.
-REASONING_END_UNPROVEN = "reasoning_end_unproven"
-# Server ids (vLLM, SGLang) whose length disagrees with the server's own usage counts.
-SERVER_COUNT_MISMATCH = "server_count_mismatch"
-# Logprob token bytes that do not spell the delivered content (misaligned or another choice's).
-LOGPROB_TEXT_MISMATCH = "logprob_text_mismatch"
-# The prompt could not be rendered (the template or encoder raised): its message is the detail.
-PROMPT_RENDER_FAILED = "prompt_render_failed"
-# A rendering with the thinking switch the other way has the same token count, and the response
-# does not show which one the server used (reasoning returned <-> a thinking prompt).
-PROMPT_MODE_UNPROVEN = "prompt_mode_unproven"
-# The template stamps the date and the request was in flight across midnight (UTC): which day
-# the server rendered cannot be told from a count.
-PROMPT_DATE_UNPROVEN = "prompt_date_unproven"
 # A flag in the detail of a sample, verified or not: the prompt's data (a message, a tool schema)
 # spells a special token, which servers render as that token's id. Legal, and the ids are what the
 # server used, but such rows are suspicious (prompt injection, leaked markup): filter on it.
@@ -82,36 +52,6 @@ WHITESPACE_UNCHECKED = "whitespace_repairs_not_tried"
 # Notes left by the reading of a completion with structured tool calls.
 TOOL_CALLS_REBUILT = "tool_calls_rebuilt"
 TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"
-# Set after all samples are read: this provider strips whitespace somewhere, and a strip here
-# would not change the count, so the sample cannot be proven from text.
-PROVIDER_STRIPS_WHITESPACE = "provider_strips_whitespace"
-# Set after all samples are read: this provider was caught re-serialising tool-call arguments,
-# and a re-serialisation (key order, spacing) can keep the count, so its tool-call samples whose
-# count matched cannot be proven from text.
-PROVIDER_RESERIALISES_TOOL_ARGUMENTS = "provider_reserialises_tool_arguments"
-# Set after all samples are read: the published chat template renders this prompt to other ids
-# at the same count as the engine's renderer (gpt-oss: harmony), and this provider has not shown
-# which of the two it renders with (or was caught rendering the template).
-PROMPT_RENDERER_UNPROVEN = "prompt_renderer_unproven"
-
-
-# Reasons of samples that may well be exact but that the proof could not settle (a count that
-# two readings share, a provider's habit that would not show): yield lost to doubt, which a
-# calibration question or a server that returns ids can win back. The other reasons are
-# samples shown to differ from what was generated, or that cannot be rebuilt.
-DOUBT_REASONS: tuple[str, ...] = (
-    PROMPT_RENDERER_UNPROVEN,
-    PROVIDER_RESERIALISES_TOOL_ARGUMENTS,
-    PROVIDER_STRIPS_WHITESPACE,
-    TOOL_ARGUMENTS_COUNT_NEUTRAL,
-    TOOL_ARGUMENTS_RESERIALISED,
-    TOOL_CALL_ID_REBUILT,
-    TOOL_ARGUMENT_LITERAL_UNPROVEN,
-    TOOL_CALL_FORMAT_UNCONFIRMED,
-    PROMPT_MODE_UNPROVEN,
-    PROMPT_DATE_UNPROVEN,
-    REASONING_END_UNPROVEN,
-)
 
 
 def unproven_figures(reasons: dict[str, int], samples: int) -> dict:
@@ -183,7 +123,7 @@ def verify_sample(
         )
     if decoded_text != completion_text:
         failures.append((DECODE_MISMATCH, "decoding the ids does not give back the text"))
-    if "reasoning_in_non_thinking_prompt" in notes:
+    if REASONING_IN_NON_THINKING in notes:
         failures.append(
             (REASONING_IN_NON_THINKING, "reasoning returned for a prompt with thinking off")
         )

@@ -22,6 +22,7 @@ from draftgen.backends.listing import (  # noqa: F401
     model_endpoints,
 )
 from draftgen.errors import DraftgenError
+from draftgen.generate.client import RetryPolicy
 from draftgen.inputs.ingest import Rejection
 from draftgen.inputs.mix import MixError, read_suite
 from draftgen.inputs.plan import build_messages, original_answers, plan_turns
@@ -58,6 +59,11 @@ class Estimate:
     seconds_low: float | None = None
     seconds_high: float | None = None
     tokens_per_second: float = 0.0  # per request
+    # The pilot's retried attempts per request, and the seconds (low, high) that retries and
+    # their backoff add to the run: its slowest request's chain of retries (``retry_seconds``).
+    retries_per_request: float = 0.0
+    retry_seconds_low: float = 0.0
+    retry_seconds_high: float = 0.0
     concurrency: int = 0
     pilot: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -109,6 +115,7 @@ async def estimate(options: RunOptions) -> Estimate:
         )
     await find_prices(options, result)
     _price_and_time(result)
+    _add_retry_time(options, result)
     await find_providers(options, result)
     if options.max_cost is not None and (result.cost_high or 0) > options.max_cost:
         result.notes.append(
@@ -211,11 +218,15 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
     result.output_source = "pilot"
     speed = sum(tokens) / latency if latency > 0 else options.tokens_per_second
     result.tokens_per_second = speed
+    sent = len(tokens) + sum((summary.counts.get("failures") or {}).values())
+    retried = summary.counts.get("retried_attempts", 0)
+    result.retries_per_request = retried / sent if sent else 0.0
     result.pilot = {
         "completions": len(tokens),
         "mean_completion_tokens": mean,
         "max_completion_tokens": max(tokens),
         "tokens_per_second": speed,
+        "retried_attempts": retried,
         "cost": summary.counts.get("cost", 0.0),
         "providers": summary.counts.get("providers", {}),
     }
@@ -360,6 +371,62 @@ def _price_and_time(result: Estimate) -> None:
     if result.output_high is not None and result.tokens_per_second > 0 and result.requests:
         result.seconds_low = generation_seconds(result, result.output_low or 0)
         result.seconds_high = generation_seconds(result, result.output_high)
+
+
+def _add_retry_time(options: RunOptions, result: Estimate) -> None:
+    """The time the pilot's retries say the run's will add, in its time; without a pilot, a
+    note that retries are not in it."""
+    if result.seconds_high is None:
+        return
+    if not result.pilot:
+        result.notes.append(
+            "the time leaves out retries and their backoff (up to "
+            f"{_backoff_total(options.retry_base_delay, options.max_attempts - 1):.0f} s for a "
+            "request retried --max-attempts times): --pilot measures how often they happen"
+        )
+        return
+    per_request = result.seconds_high / max(
+        1, math.ceil(result.requests / max(result.concurrency, 1)), result.batch_rounds
+    )
+    low, high = retry_seconds(
+        result.requests,
+        result.retries_per_request,
+        options.retry_base_delay,
+        options.max_attempts,
+        per_request,
+    )
+    result.retry_seconds_low, result.retry_seconds_high = low, high
+    result.seconds_low = (result.seconds_low or 0.0) + low
+    result.seconds_high += high
+
+
+def retry_seconds(
+    requests: int,
+    retries_per_request: float,
+    base_delay: float,
+    max_attempts: int,
+    attempt_seconds: float = 0.0,
+) -> tuple[float, float]:
+    """The seconds (low, high) retries add to a run of ``requests``: the run ends with its
+    slowest request, the one that needs the most retries. At ``retries_per_request`` an attempt
+    fails with p = r / (1 + r), so among ``requests`` the most retries one needs is about the k
+    where requests x p**k falls to 1 (at most --max-attempts - 1). Each retry waits its
+    backoff, full jitter in [0, base x 2**(k-1)] (``RetryPolicy``): half of it on average (low),
+    all of it and a failed attempt as long as ``attempt_seconds`` each (high)."""
+    if retries_per_request <= 0 or requests <= 0 or max_attempts <= 1:
+        return 0.0, 0.0
+    failing = retries_per_request / (1 + retries_per_request)
+    most = max_attempts - 1
+    if requests > 1 and failing < 1:
+        most = min(most, max(1, math.ceil(math.log(requests) / math.log(1 / failing))))
+    backoff = _backoff_total(base_delay, most)
+    return backoff / 2, backoff + most * attempt_seconds
+
+
+def _backoff_total(base_delay: float, retries: int) -> float:
+    """The longest wait ``retries`` retries in a row may take (``RetryPolicy.backoff``)."""
+    policy = RetryPolicy(base_delay=base_delay)
+    return sum(min(policy.max_delay, base_delay * 2 ** (k - 1)) for k in range(1, retries + 1))
 
 
 def generation_seconds(result: Estimate, output_tokens: int) -> float:

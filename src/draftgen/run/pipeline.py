@@ -7,6 +7,7 @@ only what is missing, so nothing stored is bought twice. The options are resolve
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -22,9 +23,10 @@ from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_s
 from draftgen.generate.engine import Live
 from draftgen.generate.errors import RunError
 from draftgen.generate.progress import RunProgress
-from draftgen.inputs.ingest import Rejection
+from draftgen.generate.signals import SignalStop
+from draftgen.inputs.admission import count_plan
 from draftgen.inputs.mix import MixError, read_suite
-from draftgen.inputs.plan import PlanCount, count_plan
+from draftgen.inputs.plan import PlanCount
 from draftgen.inputs.shard import ALL, Shard, shard_label
 from draftgen.options import NO_ENDPOINT, SIMULATE_AND_ENDPOINT, RunOptions
 from draftgen.profiles import DERIVED_LAYOUT, ModelProfile
@@ -35,6 +37,7 @@ from draftgen.run.outcome import RunSummary
 from draftgen.run.probe import ProbeError, ProbeResult, probe_endpoints
 from draftgen.run.rebuy import rebuy_spoiled
 from draftgen.store.database import DB_NAME, LOCK_NAME, REJECTED_NAME, Store
+from draftgen.store.mapped import waiting_out_bus_errors
 from draftgen.tokens.tokenizer import tokenizer_digest
 
 _log = logging.getLogger("draftgen.run")
@@ -158,27 +161,18 @@ def plan_run(ctx: RunContext) -> PlanCount:
     """Count what the run will ask for, reading the inputs once, and list the rejected rows in
     ``RUN_DIR/rejected.jsonl``; a RunError if no row has anything to answer."""
     options = ctx.options
-    first: list[Rejection] = []
-
-    def reject(rejection: Rejection) -> None:
-        if not first:
-            first.append(rejection)
-        rejected.write(rejection.as_json() + b"\n")
-
     try:
-        with open(options.out / REJECTED_NAME, "wb") as rejected:
-            rows = read_suite(ctx.suite)
-            planned = count_plan(rows, options.samples, options.shard, reject)
+        rows = read_suite(ctx.suite)
+        planned = count_plan(rows, options.samples, options.shard, options.out / REJECTED_NAME)
     except MixError as exc:
         raise RunError(str(exc)) from None
     if planned.rows == 0:
         inputs = ", ".join(str(s.path) for s in ctx.suite.datasets)
         raise RunError(f"nothing to generate: the input holds no rows ({inputs})")
     if planned.answerable == 0:
+        first = planned.first_rejected
         example = (
-            f" (the first, line {first[0].line} of {first[0].input}: {first[0].reason})"
-            if first
-            else ""
+            f" (the first, line {first.line} of {first.input}: {first.reason})" if first else ""
         )
         which = f"all {planned.rows} rows of the input were"
         if planned.rows == 1:
@@ -237,7 +231,9 @@ async def run(options: RunOptions) -> RunSummary:
         options.out, options.tokenizer, options.profile, ctx.expected_chars
     )
     try:
-        return await _run(ctx, reconstruction)
+        # The store's -shm made immutable under the run: its writes wait, no SIGBUS kills it.
+        with waiting_out_bus_errors(options.out):
+            return await _run(ctx, reconstruction)
     finally:
         reconstruction.cancel()  # a run that stopped before its first request
 
@@ -348,18 +344,65 @@ async def _generate(
     """The requests (live or batch) with reconstruction finished behind them, then the re-buys
     of spoiled completions: the progress, and the progress of the stage that ended the run (the
     re-buys' if they stopped it), whose ``stopped`` and ``signal`` say why."""
-    try:
-        progress = await choose_engine(ctx.options).generate(
-            ctx, store, destination, reconstruction.generation_started
-        )
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await reconstruction.finish(interrupted=True)
-        raise
-    await reconstruction.finish(interrupted=progress.stopped == "interrupted")
-    if progress.stopped is None and (bought := await rebuy_spoiled(ctx, store, destination)):
+    engine = choose_engine(ctx.options)
+    tail = _RunTail(reconstruction)
+    with SignalStop.afterwards(asyncio.get_running_loop(), tail.on_signal):
+        try:
+            progress = await engine.generate(
+                ctx, store, destination, reconstruction.generation_started
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await reconstruction.finish(interrupted=True)
+            raise
+        tail.hand_over(progress)
+        await reconstruction.finish(interrupted=progress.stopped == "interrupted")
+    _last_progress_line(progress)
+    if progress.stopped is None and (
+        bought := await rebuy_spoiled(ctx, store, destination, engine)
+    ):
         return progress, bought[1]
     return progress, progress
+
+
+def _last_progress_line(progress: RunProgress) -> None:
+    """The progress line again once reconstruction is done, if its samples moved since the
+    engine's last line (written as the requests ended, with the samples rebuilt by then): the
+    last line then shows the figures the summary prints after it."""
+    tally = progress.tally
+    if tally is None:
+        return
+    before = (tally.samples, tally.verified)
+    tally.recount()
+    if (tally.samples, tally.verified) != before:
+        logging.getLogger("draftgen.progress").info(progress.line(), extra=progress.fields())
+
+
+class _RunTail:
+    """A signal after the engine let go of them (its last rows written, the reconstruction's
+    rest): answered at once; reconstruction stops after the text in hand (the encoder releases
+    the loop, so the word is printed while it ends) and the run ends interrupted."""
+
+    def __init__(self, reconstruction: BackgroundReconstruction) -> None:
+        self.reconstruction = reconstruction
+        self.progress: RunProgress | None = None
+        self.signal: int | None = None
+
+    def on_signal(self, signum: int) -> None:
+        if self.signal is None:
+            self.signal = signum
+            self.reconstruction.stop()
+            self.hand_over(self.progress)
+        SignalStop.say(
+            "draftgen: interrupted; reconstruction stops after the text in hand, every "
+            "completion is stored and the same command reconstructs the rest"
+        )
+
+    def hand_over(self, progress: RunProgress | None) -> None:
+        """The engine's progress, which an interrupt heard before or after marks interrupted."""
+        self.progress = progress
+        if progress is not None and self.signal is not None and progress.signal is None:
+            progress.signal, progress.stopped = self.signal, "interrupted"
 
 
 # The files a run's store makes in its directory (SQLite's beside its database).

@@ -11,8 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from draftgen.generate.contract import Destination
-from draftgen.generate.engine import Live, Rebuys
+from draftgen.generate.contract import Destination, Engine, Rebuys
 from draftgen.generate.judge import judge
 from draftgen.generate.progress import RunProgress
 from draftgen.reconstruct.background import BackgroundReconstruction
@@ -43,13 +42,17 @@ def judge_all(store: Store) -> None:
 
 
 async def rebuy_spoiled(
-    ctx: RunContext, store: Store, destination: Destination
+    ctx: RunContext, store: Store, destination: Destination, engine: Engine
 ) -> tuple[Rebuys, RunProgress] | None:
-    """Judge, then buy the spoiled samples of the providers left out again; None when there is
-    nothing to buy (no provider left out, nothing spoiled, --keep-providers, a backend that
-    routes to no providers, or batch mode, whose requests carry no routing of their own)."""
+    """Judge, then buy the spoiled samples of the providers left out again through ``engine``
+    (the run's); None when there is nothing to buy (no provider left out, nothing spoiled,
+    --keep-providers, a backend that routes to no providers, or an engine that buys nothing
+    again: batch mode, whose requests carry no routing of their own)."""
     options = ctx.options
-    if options.keep_providers or options.batch or ctx.backend.route_around is None:
+    if options.keep_providers or ctx.backend.route_around is None:
+        return None
+    if engine.rebuy_not_offered is not None:
+        _log.debug(engine.rebuy_not_offered)
         return None
     judge_all(store)
     spoiled = store.spoiled_completions(list(store.excluded_providers()))
@@ -66,7 +69,7 @@ async def rebuy_spoiled(
     )
     reconstruction = BackgroundReconstruction(options.out, options.tokenizer, options.profile)
     try:
-        rebuys, progress = await Live().rebuy(
+        rebuys, progress = await engine.rebuy(
             ctx, store, destination, spoiled, allowance, reconstruction.generation_started
         )
     except BaseException:

@@ -6,10 +6,11 @@ completion and change what the model produced or how the provider delivered it.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from draftgen.backends import all_backends, server_families
+from draftgen.declaration import setting
 from draftgen.errors import DraftgenError
 
 # Request-level failures, each with the wire shape OpenRouter documents for its errors (the
@@ -97,7 +98,7 @@ TOOL_CALL_QUIRKS: tuple[str, ...] = (
     "rename_tool_call_id",  # provider replaces the model's call id with its own "call_..."
 )
 
-# Batch faults (simulator/batch.py), each with the shape OpenRouter's Batch API reference and
+# Batch faults (simulator/batch/), each with the shape OpenRouter's Batch API reference and
 # OpenAI's Batch API give (docs/batch.md, "Unconfirmed, and left out"); decided once
 # per create (the create faults), per batch or per row (row_error), or per request (the 5xx).
 BATCH_FAULTS: tuple[str, ...] = (
@@ -143,41 +144,29 @@ class SimConfigError(DraftgenError, ValueError):
     """A simulator setting that cannot work; the message names it."""
 
 
-SIM_FLAG = "draftgen_sim_flag"  # the key of a SimConfig field's metadata that holds its SimFlag
-
-
-@dataclass(frozen=True)
-class SimFlag:
-    """How a simulator setting is given: its ``draftgen simulate`` flag (and ``[simulate]`` key
-    of draftgen.toml: the field's name), help and the kind of value it takes."""
-
-    help: str
-    metavar: str | None = None
-    flag: str = ""  # default: "--" + the field's name with dashes
-    kind: type = str  # a value's type: str, int, float, Path
-    # "one" value, "rates" (NAME=RATE, repeatable, a table in TOML) or "kinds" (NAME[,NAME],
-    # repeatable, a list in TOML)
-    shape: str = "one"
-    choices: tuple[str, ...] | None = None
-    required: bool = False
-
-
 def declared(default: object, help: str, **how: object) -> object:
-    """A SimConfig field with its flag declared (``SimFlag``'s fields as keywords)."""
-    factory = {"default_factory": default} if callable(default) else {"default": default}
-    return field(**factory, metadata={SIM_FLAG: SimFlag(help=help, **how)})
+    """A SimConfig field that ``draftgen simulate`` takes: a ``Setting`` as the run's are (its
+    flag, its key of draftgen.toml's ``[simulator]`` table: the field's name)."""
+    return setting(
+        default,
+        help=help,
+        group="simulator",
+        table="simulator",
+        commands=("simulate",),
+        **how,
+    )
 
 
 @dataclass
 class SimConfig:
     """The simulator's settings: each field that ``draftgen simulate`` takes declares its flag
-    here (``declared``), and the flags, ``[simulate]`` keys and docs/cli.md are made from it."""
+    here (``declared``), and the flags, ``[simulator]`` keys and docs/cli.md are made from it."""
 
     tokenizer: str = declared(
         "",
         "the simulated model's tokenizer: local directory, hub id or fixture:NAME (required)",
         metavar="DIR_OR_ID",
-        required=True,
+        required=("simulate",),
     )
     profile: str | None = declared(
         None,
@@ -255,7 +244,7 @@ class SimConfig:
     dialect: str = declared(
         "openrouter",
         "answer as OpenRouter (text only) or as a vllm / sglang server with token ids",
-        choices=DIALECTS,
+        choices=server_families,
     )
     tool_call_rate: float = 0.5  # chance the model calls a tool when the request has ``tools``
     # Share of calls whose arguments the model writes as compact JSON (else as json.dumps does).
@@ -414,56 +403,3 @@ def format_retry_after(seconds: float) -> str:
     if float(seconds).is_integer():
         return str(int(seconds))
     return f"{seconds:.6f}".rstrip("0").rstrip(".")
-
-
-def simulator_flags() -> list[tuple[str, SimFlag, object]]:
-    """(field, its SimFlag, its default) of every SimConfig setting ``draftgen simulate`` takes,
-    in declaration order."""
-    found = []
-    for f in fields(SimConfig):
-        flag = f.metadata.get(SIM_FLAG)
-        if flag is None:
-            continue
-        default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
-        spelled = flag.flag or "--" + f.name.replace("_", "-")
-        found.append((f.name, SimFlag(**{**flag.__dict__, "flag": spelled}), default))
-    return found
-
-
-def given_value(flag: SimFlag, value: object) -> object:
-    """A flag's values (or a ``[simulate]`` key's) as the field's value; ``SimConfigError``
-    naming the flag when it is not one."""
-    if flag.shape == "rates":
-        if isinstance(value, dict):
-            pairs = [f"{name}={rate}" for name, rate in value.items()]
-        elif isinstance(value, list):
-            pairs = [str(pair) for pair in value]
-        else:
-            raise SimConfigError(f"{flag.flag} takes NAME=RATE pairs, e.g. drift=0.05")
-        rates = {}
-        for pair in pairs:
-            name, _, rate = pair.partition("=")
-            try:
-                rates[name] = float(rate)
-            except ValueError:
-                raise SimConfigError(
-                    f"{flag.flag} {pair!r} is not NAME=RATE, e.g. drift=0.05"
-                ) from None
-        return rates
-    if flag.shape == "kinds":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise SimConfigError(f"{flag.flag} takes names, e.g. {flag.metavar}")
-        return tuple(k.strip() for kinds in value for k in kinds.split(",") if k.strip())
-    if value is None:
-        return None
-    if flag.kind is Path:
-        return Path(str(value))
-    if flag.kind in (int, float) and (
-        isinstance(value, bool) or not isinstance(value, (int, float))
-    ):
-        raise SimConfigError(f"{flag.flag} takes a number, not {value!r}")
-    if flag.kind is int and not isinstance(value, int):
-        raise SimConfigError(f"{flag.flag} takes a whole number, not {value!r}")
-    if flag.kind is str and not isinstance(value, str):
-        raise SimConfigError(f"{flag.flag} takes a text, not {value!r}")
-    return flag.kind(value)

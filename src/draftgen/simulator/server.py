@@ -16,7 +16,7 @@ import threading
 
 from aiohttp import web
 
-from draftgen.simulator.chat import REVISION_SYSTEM_PROMPT
+from draftgen.simulator.chat_request import REVISION_SYSTEM_PROMPT
 from draftgen.simulator.config import SimConfig
 from draftgen.simulator.listing import SIMULATOR_KEY_LABEL, wire_price
 from draftgen.simulator.simulation import API_PREFIX, Simulator

@@ -292,6 +292,16 @@ def error_body(code: int, message_text: str, error_type: str, **extra: object) -
     return orjson.dumps({"error": error_object(code, message_text, error_type, **extra)})
 
 
+def upstream_error() -> dict:
+    """The error an upstream failure carries in a 200 answer or a stream's last chunk."""
+    return error_object(502, "Upstream error: connection reset", "provider_unavailable")
+
+
+def huge_reasoning_detail() -> dict:
+    """An encrypted reasoning item of about 4 MB, as OpenRouter may attach to long reasoning."""
+    return {"type": "reasoning.encrypted", "data": "QUJD" * 1_000_000, "format": "unknown"}
+
+
 def sse(obj: dict) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 

@@ -341,6 +341,15 @@ class SampleTally:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def recount(self) -> None:
+        """Count once more, now (its thread stopped): the figures once reconstruction is done."""
+        with contextlib.suppress(sqlite3.Error):
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            try:
+                self.count(db, figures=True)
+            finally:
+                db.close()
+
     def count(self, db: sqlite3.Connection, figures: bool = False) -> None:
         """Count the samples; read the providers' figures too when they are due or asked."""
         self.samples, self.verified = db.execute(

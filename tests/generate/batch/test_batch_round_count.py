@@ -33,3 +33,33 @@ def test_the_progress_round_is_the_last_round_the_report_draws(tmp_path):
     assert max(drawn) >= 3
     assert summary.progress.round == max(drawn)
     assert summary.progress.line().startswith(f"round {max(drawn)} | ")
+
+
+def test_the_round_shown_as_a_batch_is_sent_is_that_batchs_round(tmp_path, monkeypatch):
+    from draftgen.generate.batch.progress import BatchDisplay
+
+    shown = []  # (round, batches sent) at each refresh once a batch is out
+    refresh = BatchDisplay.refresh
+
+    def watched(self):
+        if self.progress.batches_submitted:
+            shown.append((self.progress.round, self.progress.batches_submitted))
+        refresh(self)
+
+    monkeypatch.setattr(BatchDisplay, "refresh", watched)
+    options = RunOptions(
+        inputs=[str(EXAMPLES)],
+        model="moonshotai/kimi-k2.5",
+        tokenizer=TOKENIZER,
+        out=tmp_path / "run",
+        simulate=True,
+        batch=True,
+        batch_size=10,
+    )
+    Run(options).execute()
+    with Store(tmp_path / "run", create=False) as store:
+        drawn = [batch["round"] for batch in batch_rounds(store.db, 0.0)]
+    # The first refresh after the first batch was sent said "round 0" while it validated.
+    assert shown[0] == (1, 1)
+    # Each refresh shows the round of the last batch sent by then, as the report draws it.
+    assert all(shown_round == drawn[sent - 1] for shown_round, sent in shown)

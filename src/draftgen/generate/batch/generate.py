@@ -11,8 +11,6 @@ up to ``--batch-retries`` times.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import logging
 import threading
 import time
@@ -21,45 +19,37 @@ from collections.abc import Iterator
 import orjson
 
 from draftgen.backends import Backend
-from draftgen.generate.batch import steps
 from draftgen.generate.batch.dialects import (
     DIALECTS,
     BatchApiError,
     BatchHttp,
-    CreateRefused,
     get_dialect,
 )
 from draftgen.generate.batch.errors import BatchRunError
-from draftgen.generate.batch.ingest import ingest
-from draftgen.generate.batch.money import BatchBudget, BatchPrices, find_batch_prices, row_worst
+from draftgen.generate.batch.polling import BatchPoller
 from draftgen.generate.batch.progress import BatchDisplay, BatchProgress
-from draftgen.generate.batch.submit import BatchTarget, reconcile, submit
-from draftgen.generate.contract import Destination, GenerationContext
+from draftgen.generate.batch.rounds import RoundSender
+from draftgen.generate.batch.state import BatchRunState
+from draftgen.generate.batch.submit import BatchTarget
+from draftgen.generate.contract import Destination, GenerationContext, RebuyNotOffered, Rebuys
 from draftgen.generate.endpoints import EndpointSpec, endpoint_label, endpoint_specs
-from draftgen.generate.resume import SourceIds, StoredTurns
+from draftgen.generate.resume import StoredTurns
 from draftgen.generate.signals import SignalStop
-from draftgen.inputs.ingest import Rejection
+from draftgen.inputs.admission import Admission
 from draftgen.inputs.mix import read_suite
 from draftgen.inputs.plan import (
-    NOTHING_TO_ANSWER,
     TurnPlan,
-    build_messages,
-    plan_turns,
     sample_chains,
 )
-from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
-from draftgen.records import Completion, GenerationSettings
-from draftgen.store.batch_ledger import Intent, Ledger, PlannedRow
-from draftgen.store.batch_timing import batch_rounds, timing_text
-from draftgen.store.database import REJECTED_NAME, SampleTally, Store
-from draftgen.tokens.rendering import ChatRenderer, request_variables
+from draftgen.records import GenerationSettings
+from draftgen.store.batch_ledger import Ledger
+from draftgen.store.database import SampleTally, Store
 
 _log = logging.getLogger("draftgen.batch")
 BATCH_META = "batch"  # store meta: JSON {dialect, url, model, api_key_env} for status and cancel
 POLL_MAX = 60.0  # seconds between polls at most, after backoff
 SIMULATED_POLL = (0.2, 1.0)  # first and longest poll against the built-in simulator
 SIMULATED_GRACE = 5.0  # its batches show within a second, so absence is proven sooner
-LOOKUPS_AT_ONCE = 8
 # Batch routing takes only these of [openrouter.provider] (the create body's ``provider`` in
 # OpenRouter's Batch API reference).
 BATCH_PROVIDER_FIELDS = ("only", "allow_fallbacks")
@@ -67,6 +57,10 @@ BATCH_PROVIDER_FIELDS = ("only", "allow_fallbacks")
 
 class Batch:
     """Batches as a run's engine (``contract.Engine``): the counterpart of ``engine.Live``."""
+
+    rebuy_not_offered = (
+        "batch mode buys no spoiled sample again: its requests carry no routing of their own"
+    )
 
     async def generate(
         self,
@@ -76,6 +70,17 @@ class Batch:
         started: threading.Event | None = None,
     ) -> BatchProgress:
         return await BatchRun(ctx, store, destination, started).run()
+
+    async def rebuy(
+        self,
+        ctx: GenerationContext,
+        store: Store,
+        destination: Destination,
+        spoiled: list[dict],
+        allowance: float,
+        started: threading.Event | None = None,
+    ) -> tuple[Rebuys, BatchProgress]:
+        raise RebuyNotOffered(self.rebuy_not_offered)
 
 
 def batch_url(options, base_url: str | list[EndpointSpec]) -> str:
@@ -132,7 +137,9 @@ def check_batch_options(options, settings: GenerationSettings, backend: Backend)
 
 class BatchRun:
     """One batch generation over a run directory's store, in rounds (the module's docstring);
-    ``ctx`` is the run's context, its batch options checked by the run."""
+    ``ctx`` is the run's context, its batch options checked by the run. Its parts share one
+    ``BatchRunState``: ``sender`` sends each round, ``poller`` collects what the batches return;
+    the run admits the input rows (``_chains``), drives the rounds, and answers signals."""
 
     def __init__(
         self,
@@ -150,11 +157,10 @@ class BatchRun:
         self.started = started
         self.simulated = destination.simulated
         self.url = batch_url(options, destination.base_url)
-        self.backend = ctx.backend
         self.dialect = get_dialect(options.batch_dialect)
         limit = options.batch_size or self.dialect.max_rows
-        self.size = min(limit, self.dialect.max_rows)
-        self.poll, self.poll_max = (
+        size = min(limit, self.dialect.max_rows)
+        poll, poll_max = (
             SIMULATED_POLL if self.simulated else (max(0.05, options.batch_poll), POLL_MAX)
         )
         self.grace = (
@@ -167,31 +173,32 @@ class BatchRun:
         # intent kept there is one a crash left: the next run imports it and reconciles).
         self.writer = store.open_writer()
         self.ledger = Ledger(store, self.writer)
-        self.stored = StoredTurns(store)
-        self.tries: collections.Counter = collections.Counter()  # retried sends, this process
-        self.given_up: set[str] = set()  # failed for good in this process
-        self.failed_written: set[str] = set()
-        self.unseen: set[str] = set()  # intents whose recorded batch was warned about (404)
-        self.stop = asyncio.Event()
-        self.prices: BatchPrices | None = None  # listed batch prices, with --max-tokens
-        self.budget: BatchBudget | None = None
-        self.budget_blocked = False
-        self.began = time.time()
-        self.first_round = True
-        self.renderer = ChatRenderer(ctx.tokenizer, ctx.profile)
-        self.variables = request_variables(settings, ctx.profile)
+        provider = None
+        if settings.provider and self.dialect.routes_provider:
+            provider = dict(settings.provider)
+        self.http = BatchHttp(self.url, self.api_key)
+        self.target = BatchTarget(
+            self.dialect, self.http, endpoint_label(self.url), self.model, provider, self.grace
+        )
+        self.state = BatchRunState(
+            options=options,
+            dialect=self.dialect,
+            target=self.target,
+            writer=self.writer,
+            ledger=self.ledger,
+            stored=StoredTurns(store),
+            progress=self.progress,
+            display=BatchDisplay(self.progress, interval=options.progress_interval),
+            poll=poll,
+        )
+        self.stop = self.state.stop  # what the signal handler sets (signals.Interruptible)
+        self.sender = RoundSender(self.state, ctx, store, self.url, self.api_key, size)
+        self.poller = BatchPoller(self.state, poll_max, self.grace, self.simulated, time.time())
         self.progress.watch(failures=self.writer.failure_reasons, tally=SampleTally(store.path))
 
     # -- the run ---------------------------------------------------------------------------------
 
     async def run(self) -> BatchProgress:
-        provider = None
-        if self.settings.provider and self.dialect.routes_provider:
-            provider = dict(self.settings.provider)
-        http = BatchHttp(self.url, self.api_key)
-        self.target = BatchTarget(
-            self.dialect, http, endpoint_label(self.url), self.model, provider, self.grace
-        )
         self.store.set_meta(
             BATCH_META,
             orjson.dumps(
@@ -208,12 +215,11 @@ class BatchRun:
         if self.started is not None:
             self.started.set()
         self.main = asyncio.current_task()
-        display = BatchDisplay(self.progress, interval=self.options.progress_interval)
-        self.display = display
+        display = self.state.display
         signals = SignalStop(self, asyncio.get_running_loop())
         try:
-            async with http:
-                await self._prices()
+            async with self.http:
+                await self.sender.find_prices()
                 with display:
                     signals.install()
                     try:
@@ -234,20 +240,21 @@ class BatchRun:
         return self.progress
 
     async def _work(self) -> None:
-        await self._reconcile_open()
+        sender, poller = self.sender, self.poller
+        await poller.reconcile_open()
         if self.options.batch_detach:
-            await self._sweep()
-            await self._submit_round()
-            self._refresh_live()
+            await poller.sweep()
+            await sender.submit_round(self._chains)
+            poller.refresh_live()
             return
         while not self.stop.is_set():
-            await self._submit_round()
-            live = self._refresh_live()
+            await sender.submit_round(self._chains)
+            live = poller.refresh_live()
             if not live:
-                if self.budget_blocked and self.budget is not None:
-                    self._request_stop(self.budget.sentence())
+                if sender.budget_blocked and sender.budget is not None:
+                    self._request_stop(sender.budget.sentence())
                 return
-            await self._poll_until_change()
+            await poller.poll_until_change()
 
     def on_first_signal(self) -> str:
         """Ctrl-C (or SIGTERM, SIGHUP): send no new batches; the call in flight finishes."""
@@ -263,9 +270,7 @@ class BatchRun:
         return "draftgen: abandoning the batch call in flight"
 
     def _request_stop(self, reason: str) -> None:
-        if not self.stop.is_set():
-            self.progress.stopped = reason
-            self.stop.set()
+        self.state.request_stop(reason)
 
     def _farewell(self) -> None:
         live = self.ledger.intents(live_only=True)
@@ -289,368 +294,19 @@ class BatchRun:
                 self.options.out,
             )
 
-    async def _prices(self) -> None:
-        """The batch prices every batch's worst case is counted at (progress, status and the
-        report show it in flight), and ``--max-cost`` with them. Without a listed price or
-        ``--max-tokens`` the worst case is unknown, which only ``--max-cost`` refuses."""
-        max_tokens = self.options.max_tokens
-        if max_tokens is None:  # check_batch_options refused it with --max-cost
-            return
-        prices, note = await find_batch_prices(self.url, self.model, self.api_key)
-        if prices is None:
-            if self.options.max_cost is not None:
-                raise BatchRunError(
-                    f"--max-cost with --batch needs the batch price and {note}; drop --max-cost "
-                    "or use an API whose GET /models lists prices"
-                )
-            _log.info("no batch prices (%s): the worst case in flight is unknown", note)
-            return
-        _log.info("batch prices: %s", note)
-        self.prices = prices
-        if self.options.max_cost is not None:
-            self.budget = BatchBudget(self.options.max_cost, prices, max_tokens, self.store.db)
-
     # -- planning and sending ---------------------------------------------------------------------
 
     def _chains(self) -> Iterator[list[list[TurnPlan]]]:
-        """Each usable row's sample chains, rejecting as a live run does (first round only)."""
-        options = self.options
-        write = self.first_round
-        rejected = open(options.out / REJECTED_NAME, "wb") if write else None  # noqa: SIM115
-        seen_ids = SourceIds()
-
-        def reject(rejection: Rejection) -> None:
-            shard = options.shard
-            if shard is not None and not shard.holds_line(rejection.input, rejection.line):
-                return
-            if rejected is not None:
-                rejected.write(rejection.as_json() + b"\n")
-            self.progress.rejected += 1
-
+        """Each usable row's sample chains, admitted as a live run admits them
+        (``inputs.admission``); the rejected rows are counted, the planner lists them."""
+        admission = Admission()
         try:
-            for item in read_suite(self.suite):
-                if isinstance(item, Rejection):
-                    reject(item)
-                    continue
-                plans = plan_turns(item)
-                problem = seen_ids.duplicate_problem(item, plans) or (
-                    None if plans else NOTHING_TO_ANSWER
-                )
-                if problem:
-                    reject(Rejection(item.input, item.line, problem))
-                    continue
-                if options.shard is not None and not options.shard.holds_key(plans[0].key):
-                    continue
-                yield sample_chains(plans, options.samples)
+            for row in admission.each(read_suite(self.suite), self.options.shard):
+                if not row.ours:
+                    continue  # another shard's row
+                if row.rejection is not None:
+                    self.progress.rejected += 1
+                else:
+                    yield sample_chains(row.plans, self.options.samples)
         finally:
-            seen_ids.close()
-            if rejected is not None:
-                rejected.close()
-            self.first_round = False
-
-    async def _submit_round(self) -> None:
-        """Send every turn that is ready now, in batches of at most ``--batch-size`` rows."""
-        self.progress.rejected = 0
-        self.budget_blocked = False
-        live = self.ledger.live_keys()
-        queued: set[str] = set()
-        pending: list[tuple[TurnPlan, list[str]]] = []
-        rows_done = rows_seen = 0
-        for chains in self._chains():
-            rows_seen += 1
-            finished = True
-            for chain in chains:
-                state, ready = await self._next_turn(chain, live, queued)
-                if state == "ready":
-                    queued.add(ready[0].key)
-                    pending.append(ready)
-                if state != "done":
-                    finished = False
-            rows_done += finished
-            if len(pending) >= self.size:
-                await self._send(pending)
-                pending = []
-            if self.stop.is_set():
-                return
-            if rows_done % 512 == 0:
-                await asyncio.sleep(0)  # signals and the display
-        if pending and not self.stop.is_set():
-            await self._send(pending)
-        self.progress.rows_done = rows_done + self.progress.rejected
-        self.progress.total_rows = rows_seen + self.progress.rejected
-        self.display.refresh()
-
-    async def _next_turn(
-        self, chain: list[TurnPlan], live: set[str], queued: set[str]
-    ) -> tuple[str, tuple[TurnPlan, list[str]] | None]:
-        """Where a chain stands: ``done`` (all stored, or failed), ``waiting`` (a turn is in a
-        batch), or ``ready`` with the turn to send and the answers before it."""
-        answers: list[str] = []
-        last = len(chain) - 1
-        for index, plan in enumerate(chain):
-            if plan.key in self.stored:
-                if index == last:
-                    continue
-                if not self.stored.complete(plan.key):
-                    await self._fail_rest(chain[index + 1 :], "earlier_turn_incomplete")
-                    return "done", None
-                answers.append(self.stored.content(plan.key))
-                continue
-            if plan.key in self.given_up:
-                await self._fail_rest(chain[index + 1 :], "earlier_turn_failed")
-                return "done", None
-            if plan.key in live or plan.key in queued:
-                return "waiting", None
-            return "ready", (plan, answers)
-        return "done", None
-
-    async def _fail_rest(self, plans: list[TurnPlan], reason: str) -> None:
-        for plan in plans:
-            if plan.key not in self.stored and plan.key not in self.failed_written:
-                self.failed_written.add(plan.key)
-                self.given_up.add(plan.key)
-                await self.writer.add_failure(plan.key, plan.source_id, plan.turn, reason, 0, [])
-                self.progress.turns_failed += 1
-
-    def _build_rows(self, pending: list[tuple[TurnPlan, list[str]]]) -> list[PlannedRow]:
-        """Render each prompt once, as a live run does, and build its body (in a thread)."""
-        rows = []
-        for plan, answers in pending:
-            messages = build_messages(plan, answers)
-            rendering = self.renderer.render(messages, plan.tools, self.variables)
-            body = self.backend.request_body(
-                self.settings.for_sample(plan.sample),
-                messages,
-                plan.tools,
-                False,
-                self.options.logprobs,
-            )
-            body = self.dialect.row_body(body)
-            if self.dialect.name == "openai-files":
-                body["model"] = self.model
-            request = {"messages": messages, "tools": plan.tools}
-            request["rendering"] = rendering.as_dict()  # what reconstruction reads, as live
-            prompt_tokens = None
-            if self.prices is not None and not rendering.error:
-                prompt_tokens = len(self.renderer.prompt_ids(rendering))
-            rows.append(
-                PlannedRow(
-                    key=plan.key,
-                    source_id=plan.source_id,
-                    turn=plan.turn,
-                    request=orjson.dumps(request),
-                    body=orjson.dumps(body),
-                    prompt_tokens=prompt_tokens,
-                )
-            )
-        return rows
-
-    async def _send(self, pending: list[tuple[TurnPlan, list[str]]]) -> None:
-        rows = await asyncio.to_thread(self._build_rows, pending)
-        for part in _by_bytes(rows, self.dialect.max_bytes):
-            if self.stop.is_set():
-                return
-            if self.budget is None:
-                worst = self._worst(part)
-            else:
-                part, worst = self._fit(part)
-                if not part:
-                    return
-            try:
-                intent = await submit(self.target, self.ledger, part, worst)
-            except CreateRefused as exc:
-                if exc.status == 429:
-                    wait = exc.retry_after if exc.retry_after is not None else self.poll
-                    _log.warning("%s; waiting %.1f s, then the next round sends them", exc, wait)
-                    await self._sleep(wait)
-                    return
-                raise BatchRunError(
-                    f"{exc}; nothing of that batch was made or billed, its rows are free again, "
-                    "and what is stored is kept"
-                ) from None
-            self.progress.batches_submitted += 1
-            self.progress.rows_submitted += len(part)
-            self.progress.rows_resent += sum(1 for row in part if self.tries[row.key])
-            self.progress.batches[intent.status or intent.state] += 1
-            self.progress.rows_in_flight += len(part)
-            self.display.refresh()
-
-    def _worst(self, rows: list[PlannedRow]) -> float | None:
-        """The most ``rows`` can cost at the listed batch prices; None when unpriced (no
-        listed price or no ``--max-tokens``), or a row's prompt could not be rendered."""
-        if self.prices is None or any(row.prompt_tokens is None for row in rows):
-            return None
-        max_tokens = self.options.max_tokens
-        return sum(row_worst(self.prices, max_tokens, row.prompt_tokens) for row in rows)
-
-    def _fit(self, rows: list[PlannedRow]) -> tuple[list[PlannedRow], float]:
-        """The rows that fit in ``--max-cost`` at their worst case, and that worst case."""
-        assert self.budget is not None
-        room = self.budget.room()
-        total = 0.0
-        for index, row in enumerate(rows):
-            worst = self.budget.worst(row.prompt_tokens or 0)
-            if total + worst > room:
-                self.budget_blocked = True
-                return rows[:index], total
-            total += worst
-        return rows, total
-
-    # -- polling and results ----------------------------------------------------------------------
-
-    def _refresh_live(self) -> list[Intent]:
-        live = self.ledger.intents(live_only=True)
-        self.progress.batches = collections.Counter(
-            (i.status or "not yet seen") if i.state == "submitted" else "unconfirmed" for i in live
-        )
-        figures = self.ledger.figures()
-        self.progress.rows_in_flight = figures["rows_in_flight"]
-        self.progress.timing = timing_text(figures["timing"])
-        self.progress.billed_without_rows = figures["timing"]["billed_without_rows"]
-        # The round as the report counts it (a pass that sends nothing new starts none).
-        sent = batch_rounds(self.ledger.db, time.time())
-        self.progress.round = sent[-1]["round"] if sent else 0
-        return live
-
-    async def _poll_until_change(self) -> None:
-        """Poll the live batches, backing off, until one ends (its results are then stored) or
-        a lost create is settled; Ctrl-C ends the wait at once."""
-        delay = self.poll
-        while not self.stop.is_set():
-            changed = await self._sweep()
-            self.display.refresh()
-            if changed:
-                return
-            await self._sleep(delay)
-            delay = min(delay * 1.6, self.poll_max)
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
-
-    async def _reconcile_open(self) -> None:
-        for intent in self.ledger.intents(live_only=True):
-            if self.simulated and intent.url != self.target.url:
-                # The built-in simulator lives as long as its run: its batches went with it.
-                await self.ledger.settle_unsent(
-                    intent.nonce,
-                    "absent",
-                    "the built-in simulator that held this batch stopped with its run",
-                )
-                continue
-            if intent.state == "submitting":
-                try:
-                    await self._settle(intent)
-                except BatchApiError as exc:
-                    if exc.fatal:
-                        raise
-                    _log.warning("%s; the lost create is looked for again at the next poll", exc)
-        self._refresh_live()
-
-    async def _settle(self, intent: Intent) -> bool:
-        outcome = await reconcile(self.target, self.ledger, intent)
-        return outcome != "unknown"
-
-    async def _sweep(self) -> bool:
-        """Look at every live batch once; store the results of those that ended. Whether
-        anything changed (a batch ended, a lost create was settled)."""
-        gate = asyncio.Semaphore(LOOKUPS_AT_ONCE)
-
-        async def look(intent: Intent) -> bool:
-            async with gate:
-                if self.stop.is_set():
-                    return False
-                try:
-                    return await look_once(intent)
-                except BatchApiError as exc:
-                    if exc.fatal:
-                        raise
-                    _log.warning("%s; trying again at the next poll", exc)
-                    return False
-
-        async def look_once(intent: Intent) -> bool:
-            if intent.state == "submitting":
-                return await self._settle(intent)
-            info = await self.dialect.get(self.target.http, intent.batch_id)
-            if info is None:  # not visible yet (seconds after the create), or gone
-                if time.time() > intent.created_at + self.grace and intent.nonce not in self.unseen:
-                    self.unseen.add(intent.nonce)
-                    _log.warning(
-                        "batch %s is not found (HTTP 404) %.0f s after its create; its rows "
-                        "stay reserved while the API may still answer for it",
-                        intent.batch_id,
-                        time.time() - intent.created_at,
-                    )
-                return False
-            if info.status != intent.status or info.counts() != intent.request_counts:
-                await self.ledger.record_status(intent.nonce, info.status, info.counts(), info.cost)
-            if not info.final:
-                return False
-            await self._ingest(intent, info)
-            return True
-
-        results = await asyncio.gather(
-            *(look(i) for i in self.ledger.intents(live_only=True)), return_exceptions=True
-        )
-        self._refresh_live()
-        for result in results:  # every lookup has ended: none writes after an error stops us
-            if isinstance(result, BaseException):
-                raise result
-        return any(results)
-
-    async def _ingest(self, intent: Intent, info) -> None:
-        def stored(key: str, completion: Completion) -> None:
-            complete = completion.finish_reason in COMPLETE_FINISH_REASONS
-            self.stored.add(key, complete)
-            self.progress.record_completion(
-                completion.prompt_tokens, completion.completion_tokens, completion.cost
-            )
-
-        report = await ingest(self.target, self.ledger, intent, info, stored)
-        cancelled_here = self._cancelled_during_this_run(intent)
-        for row in report.unanswered:
-            if not row.retryable:
-                self.given_up.add(row.key)
-                self.writer.failure_reasons[row.error["kind"]] += 1
-                self.progress.turns_failed += 1
-                continue
-            self.tries[row.key] += 1
-            reason = None
-            if cancelled_here and row.outcome == "cancelled":
-                reason = "batch_cancelled"  # draftgen cancel, while this run was polling
-            elif self.tries[row.key] > self.options.batch_retries:
-                reason = f"gave_up_after_{self.options.batch_retries + 1}_batches"
-            if reason is not None and row.key not in self.stored:
-                errors = self.ledger.earlier_errors([row.key]).get(row.key, [])
-                await self.writer.add_failure(
-                    row.key, row.source_id, row.turn, reason, len(errors), errors
-                )
-                self.given_up.add(row.key)
-                self.progress.turns_failed += 1
-        if cancelled_here:
-            self._request_stop(
-                f"batch {info.id} was cancelled (draftgen cancel) while this run was polling; "
-                "no new batches are sent, and the same command resumes"
-            )
-        steps.reached("after_ingest")
-
-    def _cancelled_during_this_run(self, intent: Intent) -> bool:
-        detail = self.ledger.intent(intent.nonce).detail or {}
-        asked = detail.get("cancel_requested_at")
-        return isinstance(asked, (int, float)) and asked >= self.began
-
-
-def _by_bytes(rows: list[PlannedRow], limit: int) -> Iterator[list[PlannedRow]]:
-    """``rows`` in consecutive parts whose bodies stay under ``limit`` bytes each."""
-    part: list[PlannedRow] = []
-    size = 0
-    for row in rows:
-        grown = size + len(row.body) + 64  # the custom_id and the envelope
-        if part and grown > limit:
-            yield part
-            part, size = [], 0
-            grown = len(row.body) + 64
-        part.append(row)
-        size = grown
-    if part:
-        yield part
+            admission.close()
