@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/merge_scale.py --shards 4 --rows 20000 --answer-tokens 2800
 
 Each shard store holds ``--rows`` completions (an answer of ``--answer-tokens`` tokens at ~4
-bytes of text a token) with a verified sample of prompt + answer ids, written straight into
+bytes of text a token, its usage and the record of the message as received, stored by the live
+writer's own statements) with a verified sample of prompt + answer ids, written straight into
 SQLite in draftgen's schema (no generation); the merge is ``draftgen.store.merge.merge_runs``, then
 the merged store is exported (``specforge`` JSONL and ``parquet``). Last, ``--writer-rows``
 completions go through ``CompletionWriter`` (draftgen's live writer: WAL, ``synchronous=FULL``,
@@ -29,15 +30,30 @@ from draftgen.outputs.export import export
 from draftgen.records import Completion
 from draftgen.store.database import (
     DB_NAME,
-    INSERT_COMPLETION,
     INSERT_SAMPLE,
     SCHEMA,
     CompletionWriter,
     Store,
+    completion_statements,
 )
 from draftgen.store.merge import merge_runs
 
 PROMPT_TOKENS = 300
+
+
+def answer(key: str, content: str, answer_tokens: int) -> Completion:
+    """A completion as an OpenRouter answer gives it: the text, its usage and the message as
+    received (the store's record of it, where the copies of the text become references)."""
+    usage = {
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": answer_tokens,
+        "total_tokens": PROMPT_TOKENS + answer_tokens,
+        "cost": 0.0021,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+    message = {"role": "assistant", "content": content, "refusal": None, "reasoning": None}
+    return Completion(f"gen-{key}", "P", "m", None, content, None, "stop", "stop", usage, message)
 
 
 def build_shard(run_dir: Path, index: int, count: int, rows: int, answer_tokens: int) -> None:
@@ -56,10 +72,13 @@ def build_shard(run_dir: Path, index: int, count: int, rows: int, answer_tokens:
         key = f"{index:04d}{row:028d}"
         content = f"answer {key} " + "word " * (answer_tokens * 4 // 5)
         request = orjson.dumps({"messages": [{"role": "user", "content": "q " * PROMPT_TOKENS}]})
-        values = (key, key, 0, request, f"gen-{key}", "P", "m", None, content, None, "stop")
-        values += ("stop", PROMPT_TOKENS, answer_tokens, 0, 0.0, None, None, 1, None, 0.1)
-        values += (time.time(), "http://127.0.0.1:1/v1", 0.1)
-        db.execute(INSERT_COMPLETION, values)
+        completion = answer(key, content, answer_tokens)
+        completion.endpoint, completion.endpoint_latency = "http://127.0.0.1:1/v1", 0.1
+        # The statements the live writer runs (the completion, its usage and record).
+        for statement, values in completion_statements(
+            key, key, 0, request, completion, 1, [], 0.1
+        ):
+            db.execute(statement, values)
         # Ids below 65,536 at random: about as compressible as real token ids, not less.
         ids = array("i", array("H", rng.randbytes(2 * length))).tobytes()
         db.execute(INSERT_SAMPLE, (key, ids, PROMPT_TOKENS, 1, "ok", "", 0, "text", ""))
@@ -78,7 +97,7 @@ def writer_rate(run_dir: Path, rows: int, answer_tokens: int, in_flight: int = 2
         started = time.monotonic()
 
         async def one(row: int) -> None:
-            completion = Completion(f"gen-{row}", "P", "m", None, content, None, "stop", "stop")
+            completion = answer(f"{row:032d}", content, answer_tokens)
             await writer.add_completion(f"{row:032d}", str(row), 0, request, completion, 1, [], 0)
 
         for first in range(0, rows, in_flight):
@@ -127,7 +146,11 @@ def main() -> None:
                 )
         shutil.rmtree(work / "merged")
         rate = writer_rate(work / "writer", args.writer_rows, args.answer_tokens)
-        print(f"CompletionWriter: {args.writer_rows} completions at {rate:,.0f} a second")
+        size = (work / "writer" / DB_NAME).stat().st_size
+        print(
+            f"CompletionWriter: {args.writer_rows} completions at {rate:,.0f} a second, store "
+            f"{size / 1e6:.1f} MB ({size / args.writer_rows:,.0f} bytes a completion, no sample)"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -21,7 +21,8 @@ from draftgen.tokens.tokenizer import decode, encode
 
 @dataclass(frozen=True)
 class Family:
-    """How one fixture's model writes a turn after its generation prompt (REFERENCE.md §3)."""
+    """How one fixture's model writes a turn after its generation prompt (each family's chat
+    template and tokenizer_config: draftgen_testing.families)."""
 
     profile: str
     eot: str

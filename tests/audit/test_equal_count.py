@@ -17,27 +17,21 @@ from draftgen_testing.fixtures import FIXTURE_NAMES
 # One instant for both sides: harmony's start date and the templates' strftime_now.
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 
-# Cases whose engine behaviour the vLLM source read does not settle.
-UNCONFIRMED = {
-    ("deepseek-v4", "tools_with_system"): (
-        "unconfirmed: vllm/tokenizers/deepseek_v4.py joins request tools to a leading system "
-        "message in one version, frontend/processing/tokenizers/deepseek_v4.py puts a new system "
-        "message first in another (issue #58280, PR #51856)"
-    ),
-    ("deepseek-v4", "content_parts"): (
-        "unconfirmed: vLLM's DeepSeek V4 renderer parses content as 'openai' parts in "
-        "vllm/renderers/deepseek_v4.py and as 'string' in frontend/processing/renderers/"
-        "deepseek_v4.py; what its vendored encoder does with parts is not read"
-    ),
-}
+# Where two vLLM layouts disagree, the reference follows one and the case checks draftgen against
+# that one; the other layout is not checked (docs/verification.md, "The equal-count audit"):
+# - deepseek-v4 tools_with_system: vllm/tokenizers/deepseek_v4.py joins request tools to a leading
+#   system message (followed here), frontend/processing/tokenizers/deepseek_v4.py puts a new system
+#   message first (issue #58280, PR #51856);
+# - deepseek-v4 content_parts: frontend/processing/renderers/deepseek_v4.py parses content as
+#   'string' (followed here), vllm/renderers/deepseek_v4.py as 'openai' parts; what its vendored
+#   encoder does with parts is not read.
+# Both were xfail(strict=False) and passed in every run: a mark that could not fail.
 
 
 def cases():
     for fixture in FIXTURE_NAMES:
         for name in SHAPE_NAMES:
-            reason = UNCONFIRMED.get((fixture, name))
-            marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
-            yield pytest.param(fixture, name, id=f"{fixture}-{name}", marks=marks)
+            yield pytest.param(fixture, name, id=f"{fixture}-{name}")
 
 
 @pytest.fixture(scope="module")

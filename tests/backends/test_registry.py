@@ -10,14 +10,17 @@ import pytest
 
 from draftgen.backends import (
     BACKEND_NAMES,
-    BACKENDS,
     Backend,
+    UnknownBackendError,
     all_backends,
-    backend_help,
     config_tables,
     get_backend,
+    openrouter,
     probe_of,
     server_families,
+    sglang,
+    sglang_generate,
+    vllm,
 )
 from draftgen.generate.batch import dialects as batch_dialects
 from draftgen.run.probe import PROBE_CHECKS
@@ -33,24 +36,31 @@ def test_every_backend_declares_each_piece(name):
     assert callable(backend.request_body) and callable(backend.parse_completion)
     assert callable(backend.stream_accumulator) and callable(backend.settings)
     assert backend.id_source in ("text", "ids")
-    assert backend.dialect in simulator_config.DIALECTS  # a simulator dialect answers it
+    # Keys the layers above define on their own: each must know what the backend names.
     assert backend.probe in PROBE_CHECKS  # the probe knows its checks
     assert set(backend.batch_dialects) <= set(batch_dialects.DIALECTS)  # a class speaks each
-    assert backend.help and f"{name}: {backend.help}" in backend_help()
+    assert backend.help
     table = backend.config_table
     assert table is None or (table.keys and set(table.options) and callable(table.read))
 
 
 def test_the_registry_as_the_layers_above_read_it():
-    assert BACKEND_NAMES == tuple(BACKENDS) == ("openrouter", "vllm", "sglang", "sglang-generate")
-    assert all_backends() == tuple(get_backend(name) for name in BACKEND_NAMES)
+    # Each name gives its own module's declaration, in the order the CLI lists them.
+    modules = (openrouter, vllm, sglang, sglang_generate)
+    assert BACKEND_NAMES == ("openrouter", "vllm", "sglang", "sglang-generate")
+    assert all(a is b.BACKEND for a, b in zip(all_backends(), modules, strict=True))
+    with pytest.raises(UnknownBackendError, match="unknown backend 'tgi': use one of openrouter"):
+        get_backend("tgi")
+    # sglang-generate speaks to an SGLang server: three families for four backends.
     assert server_families() == ("openrouter", "vllm", "sglang")
-    assert simulator_config.DIALECTS == server_families()
+    assert simulator_config.DIALECTS == ("openrouter", "vllm", "sglang")
     assert simulator_config.BATCH_DIALECTS == ("openrouter", "openai-files")
     assert batch_dialects.DIALECT_NAMES == ("openrouter", "openai-files")
     assert set(batch_dialects.DIALECTS) == set(batch_dialects.DIALECT_NAMES)
     assert [b.batch_api for b in all_backends()] == [True, False, False, False]
+    assert [b.id_source for b in all_backends()] == ["text", "ids", "ids", "ids"]
     assert list(config_tables()) == ["openrouter"]
+    assert config_tables()["openrouter"].options == ("provider",)
 
 
 def test_the_probe_asks_what_the_backends_of_a_family_declare():

@@ -20,6 +20,7 @@ from conftest import draftgen, read_jsonl
 from sample_runs import TOKENIZER, make_run
 
 import draftgen as package
+from draftgen.cli.parser import build_parser, subparsers
 from draftgen.outputs.export import EXPORT_FORMATS, FORMATS, formats_help
 from draftgen.redact import usd
 from draftgen.store.database import Store
@@ -270,8 +271,14 @@ def saved_rows(out) -> list[dict]:
 
 
 def test_the_format_table_is_the_one_list_of_formats():
-    assert FORMATS == tuple(EXPORT_FORMATS)
     assert FORMATS == ("specforge", "specforge-text", "parquet", "hf", "speculators")
+    # The CLI offers what the table holds, with the table's help.
+    fmt = next(
+        action
+        for action in subparsers(build_parser())["export"]._actions
+        if "--format" in action.option_strings
+    )
+    assert (tuple(fmt.choices), fmt.default, fmt.help) == (FORMATS, "specforge", formats_help())
     assert formats_help() == (
         "specforge: pre-tokenized JSONL (default); specforge-text: conversations JSONL "
         "(re-tokenized by the trainer: other ids); parquet: one Parquet file; hf: a "

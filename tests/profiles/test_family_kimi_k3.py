@@ -741,7 +741,12 @@ def simulated_run(
     return truth, exported, text_checks(tmp_path)
 
 
-@pytest.mark.parametrize("thinking", [True, False])
+# A whole simulated K3 run costs ~10x a run of another family (the fixture's remote-code tokenizer
+# renders and encodes K3's segments in Python, in the simulator and in draftgen): these five were
+# ~45% of the default suite's test time. The default suite keeps one run per backend, thinking on;
+# the long leg (CI's ``pytest -m long``) runs the other three. Thinking off, logprobs' bytes and
+# the cut turn stay checked by the unit tests above in every run.
+@pytest.mark.parametrize("thinking", [True, pytest.param(False, marks=pytest.mark.long)])
 def test_simulated_vllm_run_exports_ground_truth(tmp_path, monkeypatch, thinking):
     truth, exported, checks = simulated_run(tmp_path, monkeypatch, "vllm", {}, {}, thinking)
     assert len(exported) == len(truth) >= 28
@@ -780,7 +785,14 @@ QUIRKS = {
 }
 
 
-@pytest.mark.parametrize(("thinking", "logprobs"), [(True, False), (False, False), (True, True)])
+@pytest.mark.parametrize(
+    ("thinking", "logprobs"),
+    [
+        (True, False),
+        pytest.param(False, False, marks=pytest.mark.long),
+        pytest.param(True, True, marks=pytest.mark.long),
+    ],
+)
 def test_simulated_openrouter_run_under_faults_never_verifies_a_wrong_sample(
     tmp_path, monkeypatch, thinking, logprobs
 ):

@@ -1,5 +1,5 @@
-"""The simulator's batch APIs, OpenRouter dialect: the wire facts of BATCH_REFERENCE.md §1 and
-ground truth for every billed row."""
+"""The simulator's batch APIs, OpenRouter dialect: the wire facts of OpenRouter's Batch API
+reference (docs/batch.md) and ground truth for every billed row."""
 
 from __future__ import annotations
 

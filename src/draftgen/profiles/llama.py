@@ -7,7 +7,8 @@ header, and the model answers at once: no think block, so every prompt is a ``cl
 generated turn is ``A<|eot_id|>`` (``A<|eot|>``). vLLM renders both with the model's Jinja template
 (``safe_apply_chat_template``) and counts the stop token in ``completion_tokens``.
 
-Tool calls (what the model writes, not what the template writes in history; REFERENCE.md §9):
+Tool calls (what the model writes, not what the template writes in history; Meta's
+llama-models package, ``llama3/chat_format.py`` and ``llama4/chat_format.py``):
 
 - Llama 3.x: ``{"name": "f", "parameters": {...}}``, as the template's tool instructions ask and
   vLLM's ``llama3_json`` parser reads (it re-serialises the arguments with ``json.dumps``). Meta's

@@ -3,7 +3,8 @@ what is still billed, in dollars.
 
 A cancel is asked once per batch (repeating it is safe, and says what the first one did); the
 batch may still end completed, failed or expired, and on OpenRouter a cancelled batch returns no
-rows although the rows that had finished are charged (BATCH_REFERENCE.md §1). The amount is what
+rows although the rows that had finished are charged (OpenRouter's Batch API reference, cancel).
+The amount is what
 the API reports the batch cost, else the finished rows priced at the listed ``:batch`` price (an
 upper bound: each at its prompt plus ``max_tokens``). The next ``run --batch`` stores whatever the
 batches returned and sends the rest again.

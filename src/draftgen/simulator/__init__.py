@@ -1,6 +1,8 @@
 """An OpenRouter-compatible simulator that keeps the ground-truth token ids of every completion.
 
-All tests run against it: it reproduces the quirks and faults of REFERENCE.md §2 on demand.
+All tests run against it: it reproduces on demand the quirks and faults OpenRouter documents (its
+error bodies, errors inside HTTP 200 and mid-stream, keep-alive comments) and those seen of its
+providers (``draftgen.simulator.config``'s ``FAULTS`` and ``QUIRKS`` say each one's shape).
 """
 
 from draftgen.simulator.config import FAULTS, HOSTILE, QUIRKS, SimConfig, format_retry_after

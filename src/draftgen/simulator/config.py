@@ -13,7 +13,9 @@ from draftgen.backends import all_backends, server_families
 from draftgen.declaration import setting
 from draftgen.errors import DraftgenError
 
-# Request-level failures, each with the wire shape documented in REFERENCE.md §2.
+# Request-level failures, each with the wire shape OpenRouter documents for its errors (the
+# ``{"error": {"code", "message", "metadata"}}`` body, ``metadata.error_type``, errors inside
+# HTTP 200 bodies and mid-stream; its API reference, "Errors").
 FAULTS: tuple[str, ...] = (
     "rate_limit",  # 429 + Retry-After, error_type rate_limit_exceeded
     "rate_limit_no_header",  # 429 without Retry-After
@@ -96,7 +98,8 @@ TOOL_CALL_QUIRKS: tuple[str, ...] = (
     "rename_tool_call_id",  # provider replaces the model's call id with its own "call_..."
 )
 
-# Batch faults (simulator/batch.py), each with the shape BATCH_REFERENCE.md gives; decided once
+# Batch faults (simulator/batch/), each with the shape OpenRouter's Batch API reference and
+# OpenAI's Batch API give (docs/batch.md, "Unconfirmed, and left out"); decided once
 # per create (the create faults), per batch or per row (row_error), or per request (the 5xx).
 BATCH_FAULTS: tuple[str, ...] = (
     "create_lost",  # the batch is created, then the connection closes before any answer

@@ -12,7 +12,8 @@ import statistics
 
 from draftgen.redact import usd
 
-# Both batch dialects create batches with completion_window "24h" (BATCH_REFERENCE.md): a batch
+# Both batch dialects create batches with completion_window "24h" (the only window OpenRouter's
+# and OpenAI's Batch APIs accept): a batch
 # not finished by then expires, and its unfinished rows are sent again in the next round.
 WINDOW_SECONDS = 24 * 3600
 

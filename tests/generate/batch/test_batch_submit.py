@@ -72,6 +72,16 @@ async def until_final(target, batch_id, timeout=10.0):
     raise AssertionError(f"batch {batch_id} did not end")
 
 
+async def until(condition, timeout=20.0) -> None:
+    """Wait for ``condition()`` (the simulator's state, read in process): a fixed sleep would
+    race the simulator's clock on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {condition.__doc__ or condition}")
+        await asyncio.sleep(0.02)
+
+
 def completions(store) -> dict:
     return dict(store.db.execute("SELECT key, generation_id FROM completions"))
 
@@ -132,12 +142,13 @@ def test_a_lost_create_is_unknown_while_the_batch_is_unseen_then_found(tmp_path)
     async def scenario(server, target, ledger, store):
         intent = await submit(target, ledger, planned(3), None)
         early = await reconcile(target, ledger, ledger.intent(intent.nonce))
-        await asyncio.sleep(0.4)  # past the seconds of 404 after the create
+        server.batches.config.batch_visible_after = 0  # past the seconds of 404 after the create
         later = await reconcile(target, ledger, ledger.intent(intent.nonce))
         made = [e["batch_id"] for e in server.batches.log if e["event"] == "create"]
         return intent, early, later, ledger.intent(intent.nonce), made, ledger.live_keys()
 
-    config = cfg(batch_faults={"create_lost": 1.0})
+    # Unseen until the scenario says (a minute of 404s: the early look always falls in them).
+    config = cfg(batch_faults={"create_lost": 1.0}, batch_visible_after=60)
     intent, early, later, found, made, live = scenario_run(tmp_path, config, scenario, grace=30)
     assert intent.state == "submitting" and intent.batch_id is None
     assert intent.detail["create_error"].startswith("the create got no answer")
@@ -151,7 +162,7 @@ def test_a_refused_create_is_proven_absent_only_after_the_grace(tmp_path):
         intent = await submit(target, ledger, planned(3), None)  # 503: nothing made
         early = await reconcile(target, ledger, ledger.intent(intent.nonce))
         live_early = ledger.live_keys()
-        await asyncio.sleep(0.6)
+        target.grace = 0  # the grace has passed (a minute's wait, without the minute)
         later = await reconcile(target, ledger, ledger.intent(intent.nonce))
         outcomes = {o for (o,) in ledger.db.execute("SELECT outcome FROM batch_rows")}
         settled = ledger.intent(intent.nonce)
@@ -159,7 +170,7 @@ def test_a_refused_create_is_proven_absent_only_after_the_grace(tmp_path):
 
     config = cfg(batch_faults={"create_refused": 1.0})
     early, live_early, later, settled, live, outcomes = scenario_run(
-        tmp_path, config, scenario, grace=0.5
+        tmp_path, config, scenario, grace=60
     )
     assert early == "unknown" and len(live_early) == 3
     assert later == "absent" and settled.state == "absent"
@@ -181,9 +192,17 @@ def test_two_lost_creates_of_one_shape_are_told_apart_by_the_nonces_in_their_res
             await session.post(
                 server.base_url + "/batches", json=body, headers={"Authorization": "Bearer k"}
             )
-        await asyncio.sleep(0.4)  # visible, no row done yet: nothing tells them apart
+        batches = server.batches
+        batches.config.batch_visible_after = 0  # visible, no row done yet: nothing tells them apart
         undecided = await reconcile(target, ledger, ledger.intent(first.nonce))
-        await asyncio.sleep(2.0)  # rows done: their custom_ids name their intents
+        assert all(batch.produced == 0 for batch in batches.batches.values())
+        batches.config.batch_seconds = 0  # rows done: their custom_ids name their intents
+
+        def ended() -> bool:
+            """every batch final"""
+            return all(batch.terminal for batch in batches.batches.values())
+
+        await until(ended)
         settled = await reconcile(target, ledger, ledger.intent(first.nonce))
         other = ledger.intent(second.nonce)
         made = {}
@@ -192,7 +211,8 @@ def test_two_lost_creates_of_one_shape_are_told_apart_by_the_nonces_in_their_res
                 made[event["batch_id"]] = nonce_of(event["rows"][0]["custom_id"])
         return undecided, settled, ledger.intent(first.nonce), other, made
 
-    config = cfg(batch_faults={"create_lost": 1.0}, batch_seconds=2.0)
+    # The scenario moves the simulator's clock settings itself: a minute unseen, a minute a batch.
+    config = cfg(batch_faults={"create_lost": 1.0}, batch_visible_after=60, batch_seconds=60)
     undecided, settled, first, second, made = scenario_run(tmp_path, config, scenario, grace=30)
     assert undecided == "unknown"
     assert settled == "found"
@@ -273,7 +293,14 @@ def test_a_cancelled_batch_frees_its_rows_and_returns_the_finished_ones_where_th
 ):
     async def scenario(server, target, ledger, store):
         intent = await submit(target, ledger, planned(10, dialect), None)
-        await asyncio.sleep(1.0)  # visible, about 4 of 10 rows finished
+        batch = server.batches.batches[intent.batch_id]
+
+        def started() -> bool:
+            """a row finished"""
+            return batch.produced > 0
+
+        server.batches.config.batch_visible_after = 0
+        await until(started)  # a row a second: the cancel comes long before the last
         asked = await target.dialect.cancel(target.http, intent.batch_id)
         final = await until_final(target, intent.batch_id)
         report = await ingest(target, ledger, ledger.intent(intent.nonce), final)
@@ -281,7 +308,7 @@ def test_a_cancelled_batch_frees_its_rows_and_returns_the_finished_ones_where_th
         billed = len(server.truth)
         return asked, final, report, late, billed, ledger.live_keys()
 
-    config = cfg(batch_seconds=2.0, batch_cancel_seconds=0.1)
+    config = cfg(batch_seconds=10.0, batch_cancel_seconds=0.1)
     asked, final, report, late, billed, live = scenario_run(tmp_path, config, scenario, dialect)
     status, info, _ = asked
     assert status == 200 and info.status == "cancelling"

@@ -4,7 +4,8 @@ Both are read into the same plain values (``BatchInfo``, ``ResultPage``, ``Resul
 else in the batch step knows a dialect's field names. Lookups, listings and result pages are
 retried; a create never is blindly (a lost answer is reconciled, see
 ``draftgen.generate.batch.submit``).
-Facts and what is unconfirmed: BATCH_REFERENCE.md §1-3.
+Facts: OpenRouter's Batch API reference, OpenAI's Files and Batches API; what is unconfirmed and
+what the code does about it: docs/batch.md.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ BATCH_META = "batch"  # store meta: JSON {dialect, url, model, api_key_env} for 
 POLL_MAX = 60.0  # seconds between polls at most, after backoff
 SIMULATED_POLL = (0.2, 1.0)  # first and longest poll against the built-in simulator
 SIMULATED_GRACE = 5.0  # its batches show within a second, so absence is proven sooner
-# Batch routing takes only these of [openrouter.provider] (BATCH_REFERENCE.md §1).
+# Batch routing takes only these of [openrouter.provider] (the create body's ``provider`` in
+# OpenRouter's Batch API reference).
 BATCH_PROVIDER_FIELDS = ("only", "allow_fallbacks")
 
 

@@ -4,7 +4,8 @@ There is no idempotency key and (on OpenRouter) no metadata: before every create
 committed (a nonce, the rows, a hash of the bodies) and every ``custom_id`` is ``<nonce>-<row>``.
 The batch id is recorded the moment it returns. An intent left without one (a timeout, a 5xx, a
 ``kill -9`` between create and record) is reconciled against the API's listing, and its rows are
-sent again only once the batch is proven absent (BATCH_REFERENCE.md §4).
+sent again only once the batch is proven absent: OpenRouter's create takes no idempotency key, so a
+blind retry could pay for a batch twice.
 """
 
 from __future__ import annotations

@@ -245,7 +245,8 @@ class OpenRouterBatchRoutes:
     # -- the timeline's shapes (records.WireFormat) ---------------------------------------------
 
     def visible(self, batch: SimBatch, now: float) -> bool:
-        """OpenRouter answers 404 for a few seconds after the 202 (BATCH_REFERENCE.md §1)."""
+        """OpenRouter answered 404 for seconds after the 202 in its own captures
+        (OpenRouterTeam/docs, ``docs/batch-research``)."""
         return now - batch.created >= self.config.batch_visible_after
 
     def failed_row(self, row: BatchRow, row_id: str, request_id: str) -> dict:
