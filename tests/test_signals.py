@@ -21,8 +21,9 @@ from draftgen.signals import (
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "draftgen"
 # Handlers of other signals, for other jobs: the reconstruction's worker processes ignore Ctrl-C
-# (their parent handles it), and the test server stops on SIGINT and SIGTERM.
-OTHER_JOBS = {"reconstruct/background.py", "simulator/server.py"}
+# (their parent handles it), the test server stops on SIGINT and SIGTERM, and the store waits out
+# SIGBUS from SQLite's mapped -shm file while the run directory is immutable.
+OTHER_JOBS = {"reconstruct/background.py", "simulator/server.py", "store/mapped.py"}
 SETTERS = {"signal", "add_signal_handler", "remove_signal_handler"}
 
 
