@@ -181,7 +181,9 @@ class LiveGeneration:
         # (the backend's ``route_around``); --keep-providers, or a backend that routes to no
         # providers, never leaves one out. A resume goes on leaving out what the store records.
         self.route_around = None if options.keep_providers else self.backend.route_around
-        self.excluded: list[str] = list(store.excluded_providers()) if self.route_around else []
+        self.excluded: list[str] = (
+            list(store.providers.excluded_providers()) if self.route_around else []
+        )
         self.rebuys = Rebuys()
         self._rebuy_reserved = 0.0  # expected cost of the re-buys queued and not yet answered
         self.calibrator = self._calibrator(ctx)
@@ -220,8 +222,8 @@ class LiveGeneration:
         return self.progress
 
     async def rebuy(self, spoiled: list[dict], allowance: float) -> Rebuys:
-        """Buy each of ``spoiled`` (``Store.spoiled_completions``) again, from providers other
-        than the excluded ones, as long as what they cost stays within ``allowance`` dollars;
+        """Buy each of ``spoiled`` (``Store.providers.spoiled_completions``) again, from providers
+        other than the excluded ones, as long as what they cost stays within ``allowance`` dollars;
         each answer replaces its spoiled completion (kept aside, never lost) in one commit."""
         self.rebuys.wanted = len(spoiled)
         self.progress.total_rows = len(spoiled)
@@ -259,7 +261,7 @@ class LiveGeneration:
             return
         self.costs = CostCounter(await self.listed_prices())
         self.refused.costs = self.costs
-        stored = tally(self.costs, self.store.spend_rows())
+        stored = tally(self.costs, self.store.tallies.spend_rows())
         refused = refused_figures(self.store.db)
         self.budget.begin(self.costs.prices, self.options.max_tokens, stored, refused)
 
@@ -294,7 +296,7 @@ class LiveGeneration:
                 await self.tool_calibration
             # Every provider that served is asked before its samples are judged, also one the
             # judge's tick did not see (a short run).
-            await self.ask_unasked(self.store.provider_figures())
+            await self.ask_unasked(self.store.providers.provider_figures())
         except asyncio.CancelledError:
             if (error := self._producer_error()) is not None:
                 raise error from None
@@ -455,7 +457,7 @@ class LiveGeneration:
             question=question,
             tools=bool(ctx.profile.tool_call_writer) and ctx.profile.segmented is None,
             profile=ctx.profile,
-            asked=self.store.calibrations(),
+            asked=self.store.calibrations.read(),
         )
 
     async def send_proof_question(self, body: bytes) -> Completion:
@@ -889,7 +891,7 @@ class LiveGeneration:
         found out for the same servers, else asked; kept and said in one INFO line."""
         if self.backend.id_source != PROOF_TEXT or self.offer is not None:
             return
-        stored = recorded_offer(self.store.meta(OFFER_META), self.servers)
+        stored = recorded_offer(self.store.settings.meta(OFFER_META), self.servers)
         if stored is not None:
             self.offer = stored
             _log.info(describe(stored, recorded=True), extra={"offer": stored.as_dict()})

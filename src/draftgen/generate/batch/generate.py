@@ -191,7 +191,7 @@ class BatchRun:
         self.target = BatchTarget(
             self.dialect, http, endpoint_label(self.url), self.model, provider, self.grace
         )
-        self.store.set_meta(
+        self.store.settings.set_meta(
             BATCH_META,
             orjson.dumps(
                 {
