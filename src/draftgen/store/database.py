@@ -3,22 +3,26 @@
 Completions are committed the moment they arrive (WAL, ``synchronous=FULL``) by one writer thread
 that groups whatever is queued into one transaction, so thousands of requests in flight cost one
 fsync per batch and the event loop never waits on disk. A ``kill -9`` loses nothing committed.
-The store knows rows, not providers. A run's store also watches its own file: a database deleted
-or replaced under a run, a disk that refuses writes or a second run on the directory never costs
-a completion that was paid for (``Store.open_run``, ``StoreIdentity``, the writer's patience).
+The store keeps a run's rows and what was judged of them and of its providers (their figures,
+the ones left out, what calibration asked them), never how to reach a provider: no HTTP, no
+tokenizer. A run's store also watches its own file: a database deleted or replaced under a run,
+a disk that refuses writes or a second run on the directory never costs a completion that was
+paid for (``Store.open_run``, ``StoreIdentity``, the writer's patience).
 
 This module is the front. ``Store`` opens, locks and closes a run's store, and holds its parts
 over the one connection (``StoreFile``), each an attribute named by what it keeps and a module of
 its own; a caller names the part it uses (``store.samples.add_samples(...)``):
 
-- ``settings`` (``settings``): what the run was made with (``meta``), checked on every resume;
-- ``completions`` (``completions``): the reads of stored completions;
-- ``samples`` (``samples``): samples and verdicts, the exports' reads;
-- ``providers`` (``providers``): providers' figures, the ones left out, re-buys;
-- ``calibrations`` (``calibration``): what calibration asked each provider and what it proved;
-- ``batches`` (``batch_timing``): the figures of the run's batches;
-- ``tallies`` (``tallies``): what ``status`` counts, reading the other parts' figures;
-- ``tables`` and ``merge`` (``merge_tables``): the file's tables, and a store's side of ``merge``.
+- ``store.settings`` (module ``settings``): what the run was made with (``meta``), checked on
+  every resume;
+- ``store.completions`` (``completions``): the reads of stored completions;
+- ``store.samples`` (``samples``): samples and verdicts, the exports' reads;
+- ``store.providers`` (``providers``): providers' figures, the ones left out, re-buys;
+- ``store.calibrations`` (``calibration``): what calibration asked each provider, what it proved;
+- ``store.batches`` (``batch_timing``): the figures of the run's batches;
+- ``store.tallies`` (``tallies``): what ``status`` counts, reading the other parts' figures;
+- ``store.tables``, ``store.merge`` (``merge_tables``): the file's tables, a store's side of a
+  merge.
 
 Beside them, modules with no part: ``schema`` (the tables, the statements that fill them, the
 connection), ``identity`` (the directory's lock, the checks of the file, the watch on the file
