@@ -115,9 +115,9 @@ def trial(args: argparse.Namespace, root: Path) -> dict:
         asyncio.run(run(options))
         truth = dict(sim.truth)
     with Store(root / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
-        asked = store.calibrations()
-        excluded = store.excluded_providers()
+        exported = list(store.samples.export_rows(include_unverified=True))
+        asked = store.calibrations.read()
+        excluded = store.providers.excluded_providers()
     wrong = sum(
         row["verified"]
         and row["input_ids"]

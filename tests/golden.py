@@ -346,7 +346,7 @@ def run_rows(tmp_path, monkeypatch, fixture, rows, config=None, **options):
         asyncio.run(run(run_options))
         truth = dict(sim.truth)
     with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
+        exported = list(store.samples.export_rows(include_unverified=True))
     return truth, exported
 
 

@@ -1,5 +1,5 @@
 """A hand-made store served by several providers, with samples of several verdicts, and the
-figures ``Store.provider_figures`` gives of it (tests of the store, status and the report)."""
+figures ``Store.providers.provider_figures`` gives of it (for the store, status, the report)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def served_store(run_dir: Path, served: dict = SERVED) -> Path:
     Store(run_dir).close()
     asyncio.run(write())
     with Store(run_dir) as store:
-        store.add_samples(
+        store.samples.add_samples(
             [
                 TokenSample(key, [1, 2, 3], 1, verified, reason, truncated=truncated)
                 for key, (_, _, _, sample) in served.items()

@@ -111,7 +111,7 @@ def test_a_debug_run_never_logs_the_api_key(tmp_path, monkeypatch, capsys):
     with Store(tmp_path / "out", create=False) as store:
         answered = sum(
             row["generation_id"] is not None
-            for questions in store.calibrations().values()
+            for questions in store.calibrations.read().values()
             for row in questions.values()
         )
     assert sum("completion in" in r["message"] for r in attempts) == 6 + answered

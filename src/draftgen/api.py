@@ -160,7 +160,7 @@ class RunDir:
     def tokenizer(self) -> str | None:
         """The tokenizer the run was made with, as it was given (a path, hub id or fixture)."""
         with Store(self.path, create=False) as store:
-            return store.meta("tokenizer")
+            return store.settings.meta("tokenizer")
 
     def status(self) -> dict:
         """Counts by outcome and reason, exactness, samples by proof (the text proof's hidden
@@ -169,7 +169,7 @@ class RunDir:
         from draftgen.reconstruct.verify import unproven_figures
 
         with Store(self.path, create=False) as store:
-            counts = store.counts()
+            counts = store.tallies.counts()
             # Samples by proof, and what the text proof's counts cannot see.
             counts["proofs"] = proof_figures(store)
         # Yield lost to doubt, its own line: samples the proof could not settle either way.
@@ -267,8 +267,8 @@ class RunDir:
     def _prepare(self, store: Store) -> Snapshot:
         holder = RunLock.holder(self.path)
         if holder is not None:
-            return Snapshot(active_run=holder, left_out=store.unreconstructed())
-        if not store.unreconstructed():
+            return Snapshot(active_run=holder, left_out=store.tallies.unreconstructed())
+        if not store.tallies.unreconstructed():
             return Snapshot()
         # Imported only when there is work: reconstruction loads tokenizers, which reading a
         # finished run does not need.

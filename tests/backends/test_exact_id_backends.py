@@ -318,7 +318,7 @@ def exported_against_truth(
         truth = dict(sim.truth)
     store = Store(tmp_path / "run", create=False)
     try:
-        rows = list(store.export_rows(include_unverified=True))
+        rows = list(store.samples.export_rows(include_unverified=True))
         texts = {k: v for k, v in store.db.execute("SELECT key, text_check FROM samples")}
     finally:
         store.close()
@@ -504,7 +504,7 @@ def test_logprobs_give_exact_content_ids_where_the_text_cannot(tmp_path, monkeyp
         truth = dict(sim.truth)
     store = Store(tmp_path / "run", create=False)
     try:
-        rows_out = list(store.export_rows(include_unverified=True))
+        rows_out = list(store.samples.export_rows(include_unverified=True))
     finally:
         store.close()
     by_source = {"logprobs": 0, "text": 0}

@@ -49,7 +49,7 @@ def batch_run(tmp_path):
     asyncio.run(writer.add_completion("k0", "r0", 0, b"{}", answer, 2, failed, 0))
     writer.close()
     with Store(path, create=False) as store:
-        store.add_samples([TokenSample("k0", [1, 2, 3], 1, True, "ok")])
+        store.samples.add_samples([TokenSample("k0", [1, 2, 3], 1, True, "ok")])
         intent(store.db, "a", NOW - 600, "ingested", "cancelled", CANCELLED_COST)
         batch_row(store.db, "a", "k0", "cancelled")
         intent(store.db, "b", NOW - 500, "ingested", "completed", ROW_COST)

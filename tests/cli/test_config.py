@@ -266,13 +266,15 @@ def test_sampling_settings_reach_the_request_body_and_the_store(tmp_path, monkey
         "INSERT INTO meta (name, value) VALUES ('settings', ?)",
         (json.dumps({"model": "m", "max_tokens": None}),),
     )
-    store.check_settings(GenerationSettings(model="m").as_dict())
+    store.settings.check_settings(GenerationSettings(model="m").as_dict())
     store.db.execute(  # something generated under those settings
         "INSERT INTO failures (key, source_id, turn, reason, attempts, created_at)"
         " VALUES ('k', 's', 0, 'server_error', 1, 0)"
     )
     with pytest.raises(StoreError, match=r"provider not set \(now \{'only': \['chutes'\]\}\)"):
-        store.check_settings(GenerationSettings(model="m", provider={"only": ["chutes"]}).as_dict())
+        store.settings.check_settings(
+            GenerationSettings(model="m", provider={"only": ["chutes"]}).as_dict()
+        )
     store.close()
 
 

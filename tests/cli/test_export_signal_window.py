@@ -46,7 +46,7 @@ def run_dir(tmp_path_factory):
     for key in keys:
         asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
     writer.close()
-    store.add_samples([TokenSample(k, [1, 2, 3], 1, True, "ok") for k in keys])
+    store.samples.add_samples([TokenSample(k, [1, 2, 3], 1, True, "ok") for k in keys])
     store.close()
     return path
 

@@ -59,7 +59,7 @@ def exact(row: dict, truth: dict) -> bool:
 
 def calibrations(tmp_path) -> dict:
     with Store(tmp_path / "run", create=False) as store:
-        return store.calibrations()
+        return store.calibrations.read()
 
 
 @pytest.mark.parametrize("fixture", ["gpt-oss", "kimi-k2.5", "qwen3.6", "mistral-large"])
@@ -109,7 +109,7 @@ def test_gpt_oss_providers_proven_on_harmony_have_every_sample_verified(tmp_path
         asked_cost = sum(q[RENDERER]["cost"] for q in asked.values())
         assert asked_cost > 0
         stored = sum(max(c, 0) for (c,) in store.db.execute("SELECT cost FROM completions"))
-        assert store.spent() == pytest.approx(stored + asked_cost)
+        assert store.tallies.spent() == pytest.approx(stored + asked_cost)
 
 
 def test_without_calibration_the_same_samples_stay_unproven(tmp_path, monkeypatch):
@@ -148,7 +148,7 @@ def test_a_gpt_oss_provider_on_the_template_is_left_out(tmp_path, monkeypatch):
     assert {row["provider"] for row in exported} == set(wire.PROVIDERS) - {wire.TEMPLATE_PROVIDER}
     assert all(row["verified"] and exact(row, truth) for row in exported)
     with Store(tmp_path / "run", create=False) as store:
-        evidence = store.excluded_providers()[wire.TEMPLATE_PROVIDER]["evidence"]
+        evidence = store.providers.excluded_providers()[wire.TEMPLATE_PROVIDER]["evidence"]
     assert evidence.startswith("calibration: prompt count ")
     assert "as the published chat template" in evidence
 

@@ -173,8 +173,8 @@ def run_through(tmp_path, monkeypatch, proxy_question, count: int = 12, **overri
         proxy = asyncio.run(go())
         truth = dict(sim.truth)
     with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
-        asked = store.calibrations()
+        exported = list(store.samples.export_rows(include_unverified=True))
+        asked = store.calibrations.read()
     return proxy, truth, exported, asked
 
 
@@ -206,7 +206,7 @@ def test_a_canned_wrong_answer_to_the_question_is_asked_once(tmp_path, monkeypat
         refused = store.db.execute(
             "SELECT count(*), sum(cost) FROM refused_answers WHERE key IS NULL"
         ).fetchone()
-        spent = store.spent()
+        spent = store.tallies.spent()
     assert refused[0] == len(wire.PROVIDERS) and refused[1] > 0
     assert spent >= refused[1]
 
@@ -316,8 +316,8 @@ def test_a_resume_after_kill_keeps_the_answers_that_came(tmp_path, monkeypatch):
             proxy.stop()
     assert asked == {ROUTE[held]: 2, **{ROUTE[name]: 1 for name in others}}
     with Store(out, create=False) as store:
-        calibrations = store.calibrations()
-        exported = list(store.export_rows(include_unverified=True))
+        calibrations = store.calibrations.read()
+        exported = list(store.samples.export_rows(include_unverified=True))
     assert {p: q[RENDERER]["verdict"] for p, q in calibrations.items()} == dict.fromkeys(
         wire.PROVIDERS, RENDERS_AS_DRAFTGEN
     )

@@ -342,11 +342,11 @@ def test_an_old_store_gains_the_endpoint_columns_and_keeps_its_rows(tmp_path):
     db.commit()
     db.close()
     with Store(tmp_path) as store:
-        assert store.answer("k") == ("old answer", None)
+        assert store.completions.answer("k") == ("old answer", None)
         columns = {row[1] for row in store.db.execute("PRAGMA table_info(completions)")}
         assert {"endpoint", "endpoint_latency"} <= columns
-        assert store.endpoint_figures() == {}  # nothing recorded, nothing made up
-        assert "endpoints:" not in format_status(store.counts(), tmp_path)
+        assert store.tallies.endpoint_figures() == {}  # nothing recorded, nothing made up
+        assert "endpoints:" not in format_status(store.tallies.counts(), tmp_path)
 
 
 def test_base_url_repeats_and_a_single_one_stays_a_list_of_one():

@@ -62,7 +62,7 @@ def run_with(tmp_path, body, **changes):
             await engine.close()
             engine.store.close()
         with Store(tmp_path) as store:
-            failures = [(row["turn"], row["reason"]) for row in store.failure_rows()]
+            failures = [(row["turn"], row["reason"]) for row in store.tallies.failure_rows()]
         return engine, result, failures
 
     return asyncio.run(main())

@@ -323,8 +323,8 @@ def default_backend_run(tmp_path, monkeypatch, dialect, stream, faults=None, **o
         truth = dict(sim.truth)
     store = Store(tmp_path / "run", create=False)
     try:
-        rows = list(store.export_rows(include_unverified=True))
-        recorded = store.meta(OFFER_META)
+        rows = list(store.samples.export_rows(include_unverified=True))
+        recorded = store.settings.meta(OFFER_META)
         offer = orjson.loads(recorded) if recorded else None
     finally:
         store.close()
@@ -380,7 +380,7 @@ def test_the_question_is_paid_and_kept_with_calibrations_and_not_asked_without_c
     summary, truth, rows, offer = default_backend_run(tmp_path, monkeypatch, "vllm", False)
     store = Store(tmp_path / "run", create=False)
     try:
-        kept = store.calibrations()[""]["proof"]
+        kept = store.calibrations.read()[""]["proof"]
     finally:
         store.close()
     asked = truth[kept["generation_id"]]

@@ -199,7 +199,7 @@ def test_full_disk_gives_a_clear_error_and_a_resumable_store(tmp_path):
     assert message == "cannot write to the store: database or disk is full"
     reopened = Store(tmp_path)
     assert reopened.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert reopened.counts()["completions"] == committed >= 6
+    assert reopened.tallies.counts()["completions"] == committed >= 6
 
 
 def test_unreadable_run_directory_is_a_clear_error(tmp_path):

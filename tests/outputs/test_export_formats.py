@@ -173,7 +173,9 @@ def test_ids_and_loss_mask_at_the_edges(tmp_path, fmt):
     for key in samples:
         asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
     writer.close()
-    store.add_samples([TokenSample(k, ids, n, True, "ok") for k, (ids, n) in samples.items()])
+    store.samples.add_samples(
+        [TokenSample(k, ids, n, True, "ok") for k, (ids, n) in samples.items()]
+    )
     out = tmp_path / "out"
     assert export(store, fmt, out) == 4
     rows = read_jsonl(out) if fmt == "specforge" else pq.read_table(out).to_pylist()

@@ -40,7 +40,7 @@ def run_dir(tmp_path):
     for key in SAMPLES:
         asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
     writer.close()
-    store.add_samples(
+    store.samples.add_samples(
         [
             TokenSample(key, list(range(length)), length // 2, verified, "ok" if verified else "x")
             for key, (length, verified) in SAMPLES.items()
@@ -88,7 +88,7 @@ def test_short_rows_are_counted_only_against_a_max_length_given(tmp_path):
     completion = Completion("g", "p", "m", "", "answer", None, "stop", "stop", {})
     asyncio.run(writer.add_completion("a", "a", 0, b'{"messages": []}', completion, 1, [], 0))
     writer.close()
-    store.add_samples([TokenSample("a", list(range(10)), 4, True, "ok")])
+    store.samples.add_samples([TokenSample("a", list(range(10)), 4, True, "ok")])
     store.close()
     quiet = draftgen("export", str(path), "--out", str(tmp_path / "a.jsonl"))
     assert (quiet.returncode, quiet.stderr) == (0, "")

@@ -51,10 +51,10 @@ def copied(run_dir, tmp_path_factory, name: str, server: str | None, mark: bool)
     shutil.copytree(run_dir, path)
     with Store(path, create=False) as store:
         if server is not None:
-            sources = [{**s, "server": server} for s in json.loads(store.meta("sources"))]
-            store.set_meta("sources", json.dumps(sources))
+            sources = [{**s, "server": server} for s in json.loads(store.settings.meta("sources"))]
+            store.settings.set_meta("sources", json.dumps(sources))
         if mark:
-            store.mark_simulated()
+            store.settings.mark_simulated()
     return path
 
 
@@ -92,8 +92,8 @@ def expected(run_dir, fmt: str, include_unverified: bool = False) -> dict:
     """The provenance an export of ``run_dir`` must carry (but its export time), from the
     store's own records."""
     with Store(run_dir, create=False) as store:
-        meta = store.all_meta()
-        counts = store.counts()
+        meta = store.settings.all_meta()
+        counts = store.tallies.counts()
     db = sqlite3.connect(run_dir / "draftgen.sqlite")
     first, last = db.execute("SELECT min(created_at), max(created_at) FROM completions").fetchone()
     db.close()
@@ -227,8 +227,8 @@ def test_a_run_against_draftgen_simulate_is_simulated_in_its_exports(sim_run, tm
     assert meta["simulator"].startswith("draftgen simulator at http://127.0.0.1:")
     with Store(sim_run, create=False) as store:
         # Status and the report say so too (issue #41); the meta mark stays the built-in one's.
-        assert store.simulated() == meta["simulator"]
-        assert store.meta("simulated") is None
+        assert store.settings.simulated() == meta["simulator"]
+        assert store.settings.meta("simulated") is None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -135,7 +135,7 @@ def test_rows_load_with_the_columns_and_dtypes_arrow_dataset_reads(
     ]
     by_id = {row["id"]: row for row in reference}
     with Store(run_dir, create=False) as store:
-        settings = store.meta("settings")
+        settings = store.settings.meta("settings")
     digest = hashlib.sha256(settings.encode()).hexdigest()
     for index in range(len(loaded)):
         row = loaded[index]  # what ArrowDataset's self.data[index] gives

@@ -24,6 +24,7 @@ from draftgen.reconstruct.background import (
     ReconstructionError,
 )
 from draftgen.store.database import Store
+from draftgen.store.samples import Samples
 from draftgen.tokens.tokenizer import TokenizerLoadError
 
 
@@ -35,7 +36,7 @@ def finished_run(tmp_path_factory) -> Path:
 def _copy_without_samples(run: Path, to: Path) -> Path:
     shutil.copytree(run, to)
     store = Store(to)
-    store.clear_samples()
+    store.samples.clear_samples()
     store.close()
     return to
 
@@ -48,7 +49,7 @@ def _samples(run: Path) -> list[tuple]:
 def _profile(run: Path) -> str:
     store = Store(run)
     try:
-        return store.meta("profile")
+        return store.settings.meta("profile")
     finally:
         store.close()
 
@@ -212,7 +213,7 @@ def test_a_failed_write_of_samples_stops_reconstruction_and_keeps_what_was_writt
 
     run = _copy_without_samples(finished_run, tmp_path / "copy")
     writes = []
-    real = Store.add_samples
+    real = Samples.add_samples
 
     def add_samples(self, samples):
         writes.append(len(samples))
@@ -220,7 +221,7 @@ def test_a_failed_write_of_samples_stops_reconstruction_and_keeps_what_was_writt
             raise StoreError("disk full")
         real(self, samples)
 
-    monkeypatch.setattr(Store, "add_samples", add_samples)
+    monkeypatch.setattr(Samples, "add_samples", add_samples)
     store = Store(run)
     try:
         with pytest.raises(StoreError, match="disk full"):

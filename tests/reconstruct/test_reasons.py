@@ -18,7 +18,7 @@ from draftgen.reconstruct.reasons import DOCS, PAGES, REASONS, reason_table, wit
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "draftgen"
 # Where a sample's reason is written: a failure or doubt appended as (reason, detail), a verdict
-# or sample built with one, a flag (key, reason, detail) for ``Store.flag_samples``, a reason
+# or sample built with one, a flag (key, reason, detail) for ``samples.flag_samples``, a reason
 # chosen (in reconstruct/, where samples get theirs: elsewhere ``reason`` names a turn's failure or
 # a flagged row's kind) or compared, and SQL that reads one.
 FAILURE_LISTS = {"failures", "doubts"}

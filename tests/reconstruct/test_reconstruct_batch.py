@@ -59,7 +59,7 @@ def test_batches_equal_one_at_a_time(tmp_path, monkeypatch, tokenizer):
     tok = load_tokenizer(tokenizer)
     profile = resolve_profile(tok, None)
     store = Store(tmp_path / "run")
-    stored = list(store.completions())
+    stored = list(store.completions.read())
     assert len(stored) > 50
     one_by_one = [reconstruct_sample(s, tok, profile) for s in stored]
     reads: collections.Counter = collections.Counter()
@@ -118,16 +118,16 @@ def test_following_reconstruction_takes_completions_stored_while_it_runs(tmp_pat
         )
         asyncio.run(run(options))
     store = Store(tmp_path / "run")
-    total = store.counts()["completions"]
-    store.clear_samples()
+    total = store.tallies.counts()["completions"]
+    store.samples.clear_samples()
     # Follow with generation already done: one pass, then the last pass from the start.
     done = threading.Event()
     done.set()
     profile = resolve_profile(load_tokenizer(tokenizer), None)
     assert reconstruct_all(store, tokenizer, profile, batch=5, follow=done) == total
-    assert store.counts()["unreconstructed"] == 0
+    assert store.tallies.counts()["unreconstructed"] == 0
     stop = threading.Event()
     stop.set()
-    store.clear_samples()
+    store.samples.clear_samples()
     assert reconstruct_all(store, tokenizer, profile, batch=5, stop=stop) == 0
     store.close()

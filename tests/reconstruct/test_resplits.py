@@ -34,7 +34,7 @@ def qwen3():
 def make_store(tmp_path, samples: list[TokenSample], providers: dict[str, str] | None = None):
     """A store holding a completion per sample (served by ``providers[key]``) and the samples."""
     store = Store(tmp_path)
-    store.set_meta("reconstruction", FINGERPRINT)
+    store.settings.set_meta("reconstruction", FINGERPRINT)
     writer = CompletionWriter(store.path)
     for sample in samples:
         provider = (providers or {}).get(sample.key, "P")
@@ -45,7 +45,7 @@ def make_store(tmp_path, samples: list[TokenSample], providers: dict[str, str] |
             )
         )
     writer.close()
-    store.add_samples(samples)
+    store.samples.add_samples(samples)
     return store
 
 
@@ -60,7 +60,7 @@ def text_samples(prefix: str, count: int, length: int, reason: str, **fields) ->
 
 def keep_pairs(store: Store, resplit: int, kept: int) -> None:
     measure = PairMeasure(FINGERPRINT, 10, 1000, 5000, resplit, kept)
-    store.set_meta(PAIRS_META, orjson.dumps(measure.__dict__).decode())
+    store.settings.set_meta(PAIRS_META, orjson.dumps(measure.__dict__).decode())
 
 
 def test_the_pairs_of_the_issue_re_split_at_an_equal_count_in_qwen3(qwen3):
@@ -92,7 +92,7 @@ def test_pairs_are_drawn_from_the_runs_own_tokens_and_re_encoded(tmp_path, qwen3
         measure = measure_pairs(store, qwen3)
         record_pairs(store, qwen3)
         assert stored_pairs(store) == measure  # seeded: the same draws again
-        store.set_meta("reconstruction", "other tokenizer")
+        store.settings.set_meta("reconstruction", "other tokenizer")
         assert stored_pairs(store) is None  # measured for another reconstruction
     finally:
         store.close()
@@ -240,19 +240,22 @@ def test_an_old_stores_server_proof_reads_as_ids(tmp_path):
             "ids",
         )
         store.db.execute("UPDATE samples SET id_source = 'server' WHERE key = 'a'")
-        rows = {r["key"]: r["id_source"] for r in store.export_rows(True)}
+        rows = {r["key"]: r["id_source"] for r in store.samples.export_rows(True)}
         assert rows == {"a": "ids", "b": "logprobs", "c": "text"}
-        assert store.sample_record("a")["id_source"] == "ids"
-        assert [r["key"] for r in store.export_rows(True, proofs=("ids",))] == ["a"]
-        assert [r["key"] for r in store.export_rows(True, proofs=("ids", "text"))] == ["a", "c"]
-        assert [r["key"] for r in store.export_rows(False, proofs=("text",))] == []
-        assert [verdict["id_source"] for _, verdict in store.export_completions(True)] == [
+        assert store.samples.sample_record("a")["id_source"] == "ids"
+        assert [r["key"] for r in store.samples.export_rows(True, proofs=("ids",))] == ["a"]
+        assert [r["key"] for r in store.samples.export_rows(True, proofs=("ids", "text"))] == [
+            "a",
+            "c",
+        ]
+        assert [r["key"] for r in store.samples.export_rows(False, proofs=("text",))] == []
+        assert [verdict["id_source"] for _, verdict in store.samples.export_completions(True)] == [
             "ids",
             "logprobs",
             "text",
         ]
         figures = proof_figures(store)
-        assert store.exactness()["id_sources"] == {
+        assert store.tallies.exactness()["id_sources"] == {
             "ids": {"samples": 1, "verified": 1},
             "logprobs": {"samples": 1, "verified": 1},
             "text": {"samples": 1, "verified": 0},

@@ -56,7 +56,7 @@ def simulated(tmp_path, dialect: str, rows: int = ROWS) -> tuple[dict, list[dict
         asyncio.run(run(options))
         truth = dict(sim.truth)
     with Store(tmp_path / "run", create=False) as store:
-        exported = list(store.export_rows(include_unverified=True))
+        exported = list(store.samples.export_rows(include_unverified=True))
     return truth, exported
 
 

@@ -195,10 +195,10 @@ def test_a_merge_keeps_every_source_of_its_shards(tmp_path, monkeypatch):
         assert cli.main([*argv, "--out", f"s{index}", "--shard", f"{index}/2"]) == 0
     other = [{"endpoint": "http://gpu1:30000/v1", "server": "vllm"}]
     with Store(tmp_path / "s1", create=False) as store:
-        store.set_meta("sources", json.dumps(other))
+        store.settings.set_meta("sources", json.dumps(other))
     merge_runs([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")
     with Store(tmp_path / "merged", create=False) as store:
-        assert json.loads(store.meta("sources")) == [
+        assert json.loads(store.settings.meta("sources")) == [
             {"endpoint": "built-in simulator", "server": "simulator"},
             *other,
         ]

@@ -42,7 +42,7 @@ def test_timing_of_finished_and_live_batches(tmp_path):
             "ends in about 10m, at the latest 23h55m (the 24h window); worst case in flight "
             "$0.75"
         )
-        assert store.counts()["batches"]["timing"]["finished_batches"] == 2
+        assert store.tallies.counts()["batches"]["timing"]["finished_batches"] == 2
 
 
 def test_without_finished_batches_only_the_window_bounds_the_round(tmp_path):
@@ -55,7 +55,7 @@ def test_without_finished_batches_only_the_window_bounds_the_round(tmp_path):
 
 def test_a_live_run_has_no_batch_figures(tmp_path):
     with Store(tmp_path / "run") as store:
-        assert store.counts()["batches"] == {}
+        assert store.tallies.counts()["batches"] == {}
         assert timing_text({}) == ""
 
 
@@ -76,7 +76,7 @@ def test_money_in_status_json_is_rounded_to_a_nanodollar(tmp_path):
     with Store(tmp_path / "run") as store:
         intent(store.db, "a", NOW - 60, "ingested", "completed", NOW - 30)
         store.db.execute("UPDATE batch_intents SET cost = 0.1 + 0.2")
-        batches = store.counts()["batches"]
+        batches = store.tallies.counts()["batches"]
         assert batches["charged"] == 0.3 and b"0.30000000000000004" not in orjson.dumps(batches)
 
 
@@ -118,7 +118,7 @@ def test_a_batch_that_ended_before_a_run_stored_it_is_charged_not_in_flight(tmp_
         intent(store.db, "a", NOW - 600, "submitted", "cancelled", NOW - 300, worst=0.25)
         intent(store.db, "b", NOW - 60, "submitted", "in_progress", NOW - 10, worst=0.5)
         store.db.execute("UPDATE batch_intents SET cost = 0.0015 WHERE nonce = 'a'")
-        batches = store.batch_figures()
+        batches = store.batches.batch_figures()
         assert [b["nonce"] for b in batches["in_flight"]] == ["b"]
         assert batches["rows_in_flight"] == 5
         assert batches["final"] == {"cancelled": 1}
@@ -126,7 +126,7 @@ def test_a_batch_that_ended_before_a_run_stored_it_is_charged_not_in_flight(tmp_
         timing = batch_timing(store.db, NOW)
         assert timing["worst_cost_in_flight"] == 0.5 and timing["oldest_age_seconds"] == 60
         assert timing["billed_without_rows"] == 0.0015
-        assert store.counts()["cost"] == 0.0015
+        assert store.tallies.counts()["cost"] == 0.0015
         assert [r["in_flight"] for r in batch_rounds(store.db, NOW)] == [False, True]
         budget = BatchBudget(1.0, BatchPrices(1e-6, 1e-6, "test"), 64, store.db)
         assert budget.committed() == 0.5 and budget.spent() == 0.0015

@@ -13,8 +13,8 @@ from draftgen.store.database import SampleTally, Store
 
 def test_each_provider_is_figured_from_its_completions_and_samples(tmp_path):
     with Store(served_store(tmp_path / "run"), create=False) as store:
-        figures = store.provider_figures()
-        counts = store.counts()
+        figures = store.providers.provider_figures()
+        counts = store.tallies.counts()
     assert figures == EXPECTED
     assert list(figures) == ["Alpha", "Beta", "Gamma", "unknown"]
     assert counts["providers"] == EXPECTED
@@ -26,14 +26,14 @@ def test_each_provider_is_figured_from_its_completions_and_samples(tmp_path):
 def test_the_headline_is_none_until_a_sample_is_verified(tmp_path):
     served = {key: value for key, value in SERVED.items() if key.startswith(("c", "n"))}
     with Store(served_store(tmp_path / "run", served), create=False) as store:
-        counts = store.counts()
+        counts = store.tallies.counts()
     assert counts["cost_per_verified"] is None
     assert counts["providers"]["Gamma"]["cost_per_verified"] is None
 
 
 def test_an_empty_store_has_no_providers(tmp_path):
     with Store(tmp_path / "run") as store:
-        counts = store.counts()
+        counts = store.tallies.counts()
     assert counts["providers"] == {} and counts["cost_per_verified"] is None
 
 
@@ -45,7 +45,7 @@ def test_the_tally_reads_the_figures_on_its_own_connection_and_not_every_count(t
         tally.count(db)
         assert (tally.samples, tally.verified, tally.providers) == (10, 4, EXPECTED)
         with Store(run_dir, create=False) as store:
-            store.add_samples([TokenSample("n1", [1, 2], 1, True, "ok")])
+            store.samples.add_samples([TokenSample("n1", [1, 2], 1, True, "ok")])
         tally.count(db)  # the samples are counted again, the figures are not due yet
         assert (tally.samples, tally.verified) == (11, 5)
         assert tally.providers["unknown"]["verified"] == 0

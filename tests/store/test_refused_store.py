@@ -29,7 +29,7 @@ def test_a_statement_written_twice_keeps_the_answer_once_and_status_counts_it(tm
     store.db.execute(*refused_statements({**ROW, "provider": None, "created_at": 2.5})[0])
     assert refused_figures(store.db) == (2, 0.5)
     assert refused_by_provider(store.db) == {"Acme": (1, 0.25), "": (1, 0.25)}
-    counts = store.counts()
+    counts = store.tallies.counts()
     assert counts["refused_usage"] == {"answers": 2, "cost": 0.5}
     assert counts["cost"] == 0.5
     store.close()
@@ -40,7 +40,7 @@ def test_merge_keeps_every_run_s_refused_answers_whichever_run_won_the_key(tmp_p
 
     for name, provider, at in (("a", "Acme", 1.5), ("b", "Beta", 2.5)):
         store = Store(tmp_path / name)
-        store.set_meta("tokenizer", "t")
+        store.settings.set_meta("tokenizer", "t")
         # Both runs asked for the same turn; a refused answer is money spent by each.
         for sql, params in refused_statements({**ROW, "provider": provider, "created_at": at}):
             store.db.execute(sql, params)
@@ -49,5 +49,5 @@ def test_merge_keeps_every_run_s_refused_answers_whichever_run_won_the_key(tmp_p
     merged = Store(tmp_path / "merged")
     # Before: 0 answers, $0 (the key was no run's, so neither run's rows were copied).
     assert refused_by_provider(merged.db) == {"Acme": (1, 0.25), "Beta": (1, 0.25)}
-    assert merged.counts()["refused_usage"] == {"answers": 2, "cost": 0.5}
+    assert merged.tallies.counts()["refused_usage"] == {"answers": 2, "cost": 0.5}
     merged.close()

@@ -212,10 +212,10 @@ def _completion(content: str, endpoint: str | None = None) -> Completion:
 
 def _store(run_dir: Path, completions: dict[str, str], failures=(), verified=()) -> Path:
     with Store(run_dir) as store:
-        store.check_settings({"model": "m"})
-        store.set_meta("tokenizer", "fixture:kimi-k2.5")
-        store.set_meta("profile", "kimi-k2.5")
-        store.set_meta("reconstruction", "same")
+        store.settings.check_settings({"model": "m"})
+        store.settings.set_meta("tokenizer", "fixture:kimi-k2.5")
+        store.settings.set_meta("profile", "kimi-k2.5")
+        store.settings.set_meta("reconstruction", "same")
 
     async def write() -> None:
         writer = CompletionWriter(run_dir / "draftgen.sqlite")
@@ -228,7 +228,9 @@ def _store(run_dir: Path, completions: dict[str, str], failures=(), verified=())
 
     asyncio.run(write())
     with Store(run_dir) as store:
-        store.add_samples([TokenSample(k, [1, 2, 3], 1, k in verified, "ok") for k in completions])
+        store.samples.add_samples(
+            [TokenSample(k, [1, 2, 3], 1, k in verified, "ok") for k in completions]
+        )
     return run_dir
 
 
@@ -238,13 +240,18 @@ def test_merge_keeps_the_verified_then_the_completed_record_of_a_key(tmp_path):
     summary = merge_runs([first, second], tmp_path / "out")
     assert (summary.completions, summary.failures, summary.shared_keys) == (3, 0, 2)
     with Store(tmp_path / "out", create=False) as store:
-        contents = {key: store.answer(key)[0] for key, _ in store.stored_finishes()}
+        contents = {
+            key: store.completions.answer(key)[0] for key, _ in store.completions.stored_finishes()
+        }
         assert contents == {
             "k1": "b-verified",
             "k2": "b-done",
             "k3": "only-a",
         }
-        assert store.counts()["verified"] == 1 and store.meta("reconstruction") == "same"
+        assert (
+            store.tallies.counts()["verified"] == 1
+            and store.settings.meta("reconstruction") == "same"
+        )
     # The first run listed wins a tie: both verified nothing for k3 here, only a has it.
     tie = merge_runs([second, first], tmp_path / "tie")
     assert tie.completions == 3
@@ -274,7 +281,7 @@ def test_merge_refuses_a_different_tokenizer_and_a_run_listed_twice(tmp_path):
     first = _store(tmp_path / "a", {"k1": "a"})
     second = _store(tmp_path / "b", {"k2": "b"})
     with Store(second) as store:
-        store.set_meta("tokenizer", "other/tokenizer")
+        store.settings.set_meta("tokenizer", "other/tokenizer")
     with pytest.raises(MergeError, match=f"{first} and {second} have different tokenizer"):
         merge_runs([first, second], tmp_path / "out")
     with pytest.raises(MergeError, match="is listed twice; list each run directory once"):
@@ -356,14 +363,16 @@ def test_check_shard_records_a_new_run_and_reads_older_and_merged_ones(tmp_path)
 
     with Store(tmp_path / "new") as store:
         check_shard(store, Shard(2, 5), tmp_path / "new")
-        assert store.meta("shard") == "2/5"
+        assert store.settings.meta("shard") == "2/5"
         check_shard(store, Shard(2, 5), tmp_path / "new")  # the same shard resumes
     with Store(tmp_path / "old") as store:
-        store.check_settings({"model": "m"})  # used before shards existed: it read every row
+        store.settings.check_settings(
+            {"model": "m"}
+        )  # used before shards existed: it read every row
         check_shard(store, None, tmp_path / "old")
-        assert store.meta("shard") == "all"
+        assert store.settings.meta("shard") == "all"
     with Store(tmp_path / "merged") as store:
-        store.set_meta("shard", "0/3,2/3")
+        store.settings.set_meta("shard", "0/3,2/3")
         with pytest.raises(
             RunError,
             match="0/3,2/3 of the rows but this run has no --shard: a merge of some shards cannot",

@@ -37,39 +37,39 @@ def test_a_run_on_the_built_in_simulator_is_marked(tmp_path):
     summary = Run(builtin_options(tmp_path, "run")).execute()
     assert summary.stopped is None
     with Store(tmp_path / "run", create=False) as store:
-        assert store.simulated() == "built-in simulator"
-        assert store.meta(SIMULATED) == "built-in simulator"
+        assert store.settings.simulated() == "built-in simulator"
+        assert store.settings.meta(SIMULATED) == "built-in simulator"
     assert RunDir.open(tmp_path / "run").status()["simulated"] == "built-in simulator"
 
 
 def test_the_mark_is_set_once_and_only_by_mark_simulated(tmp_path):
     with Store(tmp_path / "run") as store:
-        assert store.simulated() is None
-        assert "simulated" not in store.counts()
-        store.mark_simulated("draftgen simulator at http://127.0.0.1:1/api/v1")
-        store.mark_simulated()  # a later resume does not rewrite what first answered
-        assert store.simulated() == "draftgen simulator at http://127.0.0.1:1/api/v1"
-        assert store.counts()["simulated"] == store.simulated()
+        assert store.settings.simulated() is None
+        assert "simulated" not in store.tallies.counts()
+        store.settings.mark_simulated("draftgen simulator at http://127.0.0.1:1/api/v1")
+        store.settings.mark_simulated()  # a later resume does not rewrite what first answered
+        assert store.settings.simulated() == "draftgen simulator at http://127.0.0.1:1/api/v1"
+        assert store.tallies.counts()["simulated"] == store.settings.simulated()
 
 
 def test_a_merge_of_runs_one_simulated_is_simulated(tmp_path):
     completion = Completion("g", "p", "m", "", "a", None, "stop", "stop", {})
     for index in (0, 1):
         with Store(tmp_path / f"s{index}") as store:
-            store.check_settings({"model": "m"})
+            store.settings.check_settings({"model": "m"})
             if index == 1:
-                store.mark_simulated()
+                store.settings.mark_simulated()
         writer = CompletionWriter(tmp_path / f"s{index}" / DB_NAME)
         key = f"k{index}"
         asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
         writer.close()
     merge_runs([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")
     with Store(tmp_path / "merged", create=False) as store:
-        assert store.simulated() == "built-in simulator"
+        assert store.settings.simulated() == "built-in simulator"
     merge_runs([tmp_path / "s0"], tmp_path / "real")
     with Store(tmp_path / "real", create=False) as store:
-        assert store.simulated() is None
-        assert json.loads(store.meta("settings")) == {"model": "m"}
+        assert store.settings.simulated() is None
+        assert json.loads(store.settings.meta("settings")) == {"model": "m"}
 
 
 def test_a_standalone_simulator_found_by_the_probe_marks_the_data_as_synthetic(tmp_path):
@@ -80,9 +80,9 @@ def test_a_standalone_simulator_found_by_the_probe_marks_the_data_as_synthetic(t
 
     with Store(tmp_path / "run") as store:
         sources = [{"endpoint": "http://127.0.0.1:9/api/v1", "server": "simulator"}]
-        store.set_meta("sources", json.dumps(sources))
-        assert store.simulated() == "draftgen simulator at http://127.0.0.1:9/api/v1"
-        counts = store.counts()
+        store.settings.set_meta("sources", json.dumps(sources))
+        assert store.settings.simulated() == "draftgen simulator at http://127.0.0.1:9/api/v1"
+        counts = store.tallies.counts()
         report = build_report(store)
     assert counts["simulated"] == "draftgen simulator at http://127.0.0.1:9/api/v1"
     assert "simulated           yes (draftgen simulator at http://127.0.0.1:9/api/v1)" in (

@@ -26,11 +26,11 @@ def hold_something(store: Store) -> None:
 
 def test_settings_mismatch_refuses_with_both_values(tmp_path):
     store = Store(tmp_path / "run")
-    store.check_settings({"model": "a", "max_tokens": 100})
+    store.settings.check_settings({"model": "a", "max_tokens": 100})
     hold_something(store)
-    store.check_settings({"model": "a", "max_tokens": 100})
+    store.settings.check_settings({"model": "a", "max_tokens": 100})
     with pytest.raises(StoreError) as info:
-        store.check_settings({"model": "a", "max_tokens": 200})
+        store.settings.check_settings({"model": "a", "max_tokens": 200})
     assert "max_tokens=100 (now 200)" in str(info.value)
     assert "choose a new --out directory" in str(info.value)
 
@@ -39,12 +39,12 @@ def test_a_store_that_holds_nothing_takes_new_settings(tmp_path):
     # A run that stopped before storing anything (its endpoint could not be reached) bought
     # nothing with its settings; before, its next run was refused "generated with other settings".
     store = Store(tmp_path / "run")
-    store.check_settings({"model": "a", "max_tokens": 100})
-    store.check_settings({"model": "a", "max_tokens": 200})
-    assert orjson.loads(store.meta("settings")) == {"model": "a", "max_tokens": 200}
+    store.settings.check_settings({"model": "a", "max_tokens": 100})
+    store.settings.check_settings({"model": "a", "max_tokens": 200})
+    assert orjson.loads(store.settings.meta("settings")) == {"model": "a", "max_tokens": 200}
     hold_something(store)
     with pytest.raises(StoreError, match=r"max_tokens=200 \(now 100\)"):
-        store.check_settings({"model": "a", "max_tokens": 100})
+        store.settings.check_settings({"model": "a", "max_tokens": 100})
 
 
 def test_run_directory_is_private(tmp_path):
@@ -96,10 +96,10 @@ def test_writer_commits_groups_and_failures_clear_on_success(tmp_path):
 
     asyncio.run(main())
     writer.close()
-    counts = Store(tmp_path).counts()
+    counts = Store(tmp_path).tallies.counts()
     assert counts["completions"] == 50 and counts["failures"] == {}
     assert counts["cost"] == pytest.approx(25.0)
-    stored = next(Store(tmp_path).completions())
+    stored = next(Store(tmp_path).completions.read())
     assert stored.completion.usage["completion_tokens"] == 4 and stored.messages == []
 
 
@@ -125,7 +125,7 @@ def test_a_write_whose_coroutine_is_cancelled_stands_and_the_writer_goes_on(tmp_
 
     assert asyncio.run(main()) == [1, 0, 2]  # the cancel first, then the group in its order
     writer.close()
-    counts = Store(tmp_path).counts()
+    counts = Store(tmp_path).tallies.counts()
     assert (counts["completions"], counts["failures"]) == (3, {"gave_up": 1})
 
 
@@ -149,14 +149,14 @@ def test_samples_round_trip_and_export_filter(tmp_path):
     for key in ("a", "b"):
         asyncio.run(writer.add_completion(key, key, 0, b'{"messages": []}', completion, 1, [], 0))
     writer.close()
-    store.add_samples(
+    store.samples.add_samples(
         [
             TokenSample("a", [5, 6, 163586], 1, True, "ok"),
             TokenSample("b", [5, 7], 1, False, "completion_count_mismatch"),
         ]
     )
-    assert [r["input_ids"] for r in store.export_rows(False)] == [[5, 6, 163586]]
-    assert [r["verified"] for r in store.export_rows(True)] == [True, False]
+    assert [r["input_ids"] for r in store.samples.export_rows(False)] == [[5, 6, 163586]]
+    assert [r["verified"] for r in store.samples.export_rows(True)] == [True, False]
 
 
 _texts = st.text(min_size=0, max_size=120)
@@ -199,7 +199,7 @@ def _merge_source(run_dir, keys, verified=(), truncated=(), failures=()):
     for key in failures:
         asyncio.run(writer.add_failure(key, key, 0, "server_error", 3, []))
     writer.close()
-    store.add_samples(
+    store.samples.add_samples(
         [TokenSample(k, [1, 2], 1, k in verified, "ok", truncated=k in truncated) for k in keys]
     )
     return store
@@ -209,13 +209,13 @@ def test_key_records_are_read_in_batches_from_completions_failures_and_samples(t
     store = _merge_source(
         tmp_path, ["a", "b", "c"], verified={"a", "c"}, truncated={"c"}, failures=["d"]
     )
-    assert list(store.key_records(batch=3)) == [
+    assert list(store.merge.key_records(batch=3)) == [
         [("a", True, True), ("b", False, True), ("c", False, True)],
         [("d", False, False)],
     ]
     store.db.execute("DROP TABLE samples")
     store.db.execute("DROP TABLE failures")
-    assert list(store.key_records()) == [
+    assert list(store.merge.key_records()) == [
         [("a", False, True), ("b", False, True), ("c", False, True)]
     ]
 
@@ -223,9 +223,9 @@ def test_key_records_are_read_in_batches_from_completions_failures_and_samples(t
 def test_rank_keys_keeps_the_best_run_and_the_first_on_a_tie(tmp_path):
     merged = Store.unjournalled(tmp_path / "merged.sqlite")
     assert merged.db.execute("PRAGMA journal_mode").fetchone() == ("off",)
-    assert merged.rank_keys(0, [("a", 2), ("b", 3), ("c", 1)]) == 0
-    assert merged.rank_keys(1, [("a", 3), ("b", 3), ("d", 1)]) == 2
-    assert merged.rank_keys(2, [("c", 2)]) == 1
+    assert merged.merge.rank_keys(0, [("a", 2), ("b", 3), ("c", 1)]) == 0
+    assert merged.merge.rank_keys(1, [("a", 3), ("b", 3), ("d", 1)]) == 2
+    assert merged.merge.rank_keys(2, [("c", 2)]) == 1
     choice = merged.db.execute("SELECT key, rank, run FROM temp.merge_choice ORDER BY key")
     assert choice.fetchall() == [("a", 3, 1), ("b", 3, 0), ("c", 2, 2), ("d", 1, 1)]
     merged.close()
@@ -237,16 +237,19 @@ def test_copy_rows_takes_the_keys_a_run_won_and_every_row_of_a_table_without_key
     source.db.execute("ALTER TABLE completions DROP COLUMN endpoint")
     source.close()
     source = Store.as_found(tmp_path / "source")  # read as found: no column is added back
-    assert "endpoint" not in source.columns("completions")
-    assert {"completions", "samples", "endpoint_events"} <= set(source.tables())
+    assert "endpoint" not in source.tables.columns("completions")
+    assert {"completions", "samples", "endpoint_events"} <= set(source.tables.read())
     merged = Store.unjournalled(tmp_path / "merged.sqlite")
-    merged.rank_keys(0, [("a", 2), ("c", 2)])
-    merged.rank_keys(1, [("b", 2)])
-    columns = sorted(source.columns("completions") & merged.columns("completions"))
-    merged.copy_rows(source, "completions", columns, 0)
-    merged.copy_rows(source, "endpoint_events", ["at", "detail", "endpoint", "event"], 0)
+    merged.merge.rank_keys(0, [("a", 2), ("c", 2)])
+    merged.merge.rank_keys(1, [("b", 2)])
+    columns = sorted(source.tables.columns("completions") & merged.tables.columns("completions"))
+    merged.merge.copy_rows(source, "completions", columns, 0)
+    merged.merge.copy_rows(source, "endpoint_events", ["at", "detail", "endpoint", "event"], 0)
     rows = merged.db.execute("SELECT key, content, endpoint FROM completions ORDER BY key")
     assert rows.fetchall() == [("a", "a", None), ("c", "c", None)]
-    assert (merged.row_count("completions"), merged.row_count("endpoint_events")) == (2, 1)
+    assert (merged.tables.row_count("completions"), merged.tables.row_count("endpoint_events")) == (
+        2,
+        1,
+    )
     source.close()
     merged.close()

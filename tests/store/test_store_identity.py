@@ -37,6 +37,7 @@ from draftgen.store.database import (
     side_file_line,
 )
 from draftgen.store.reserve import Reserve
+from draftgen.store.writer import _completion_ids  # the keys of a refused group
 
 TOKENIZER = "fixture:kimi-k2.5"
 FULL = "database or disk is full"
@@ -335,7 +336,7 @@ class RefusedWrites:
         def write(writer, batch):
             self.count += 1
             if self.count in self.calls or (self.full and self.count >= self.full_from):
-                self.refused_keys += [key for key, _ in database._completion_ids(batch)]
+                self.refused_keys += [key for key, _ in _completion_ids(batch)]
                 raise sqlite3.OperationalError(FULL)
             return original(writer, batch)
 
@@ -449,9 +450,9 @@ def test_a_side_file_is_imported_once_even_if_the_import_was_cut_short(tmp_path)
     with sqlite3.connect(tmp_path / "run" / "draftgen.sqlite") as db:
         db.execute("INSERT INTO meta (name, value) VALUES ('imported ' || ?, '4')", (side.name,))
     with Store.open_run(tmp_path / "run") as store:
-        assert store.row_count("endpoint_events") == 1
-        assert [c.key for c in store.completions()] == ["k1"]
-        assert store.meta(f"imported {side.name}") is None
+        assert store.tables.row_count("endpoint_events") == 1
+        assert [c.key for c in store.completions.read()] == ["k1"]
+        assert store.settings.meta(f"imported {side.name}") is None
     assert not side.exists()
 
 

@@ -278,15 +278,15 @@ def test_a_store_from_before_the_record_is_copied_into_one_as_a_run_opens_it(tmp
     for i in range(3):
         for sql, params in completion_statements(f"k{i}"):
             store.db.execute(sql, params)
-    store.set_meta("settings", "{}")
+    store.settings.set_meta("settings", "{}")
     store.close()
     assert not (tmp_path / "run" / "draftgen.journal").exists()
     Store.open_run(tmp_path / "run").close()
     assert recorded_keys(tmp_path / "run") == ["k0", "k1", "k2"]
     (tmp_path / "run" / "draftgen.sqlite").unlink()
     with Store.open_run(tmp_path / "run") as store:
-        assert [c.key for c in store.completions()] == ["k0", "k1", "k2"]
-        assert store.meta("settings") == "{}"
+        assert [c.key for c in store.completions.read()] == ["k0", "k1", "k2"]
+        assert store.settings.meta("settings") == "{}"
 
 
 # -- a disk that fills and stays full ------------------------------------------------------------

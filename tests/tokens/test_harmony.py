@@ -270,10 +270,10 @@ def test_gpt_oss_runs_verify_only_the_engine_s_ids(tmp_path, monkeypatch, stream
         asyncio.run(run(options))
         truth = dict(sim.truth)
     with Store(tmp_path / "run", create=False) as store:
-        rows = list(store.export_rows(include_unverified=True))
+        rows = list(store.samples.export_rows(include_unverified=True))
         asked = {
             row["generation_id"]
-            for questions in store.calibrations().values()
+            for questions in store.calibrations.read().values()
             for row in questions.values()
         }
     # Every purchase is a row or a calibration answer, kept apart.

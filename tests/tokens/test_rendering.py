@@ -364,9 +364,9 @@ def simulated(tmp_path, monkeypatch, tokenizer, rows=12, quirks=None, **options)
         asyncio.run(run(run_options))
         truth = dict(sim.truth)
     with Store(tmp_path / "run", create=False) as store:
-        rows_out = list(store.export_rows(include_unverified=True))
+        rows_out = list(store.samples.export_rows(include_unverified=True))
         # What calibration asked is bought and kept apart: the rows' truth is the rest.
-        for questions in store.calibrations().values():
+        for questions in store.calibrations.read().values():
             for row in questions.values():
                 truth.pop(row["generation_id"], None)
     return truth, rows_out, run_options

@@ -210,7 +210,7 @@ TOP_REASONS = 3  # failure reasons a provider's status line names
 
 def format_provider_figures(providers: dict | None) -> list[str]:
     """Per provider: samples, the share verified, cost, dollars per verified sample and why the
-    rest failed (``Store.provider_figures``)."""
+    rest failed (``Store.providers.provider_figures``)."""
     if providers is None:
         return []  # counts from before providers were figured
     lines = ["  providers:" + ("" if providers else " none")]

@@ -119,7 +119,8 @@ class CostCounter:
         return counted
 
     def total(self, rows: Iterable[tuple]) -> tuple[float, int]:
-        """(counted spend, completions) of ``count`` argument rows (``Store.spend_rows``)."""
+        """(counted spend, completions) of ``count`` argument rows
+        (``Store.tallies.spend_rows``)."""
         spent, completions = 0.0, 0
         for row in rows:
             spent += self.count(*row)
@@ -128,7 +129,8 @@ class CostCounter:
 
 
 def answer_bytes(completion: Completion) -> int:
-    """The bytes of an answer's texts and tool calls, as ``Store.spend_rows`` measures them."""
+    """The bytes of an answer's texts and tool calls, as ``Store.tallies.spend_rows`` measures
+    them."""
     calls = orjson.dumps(completion.tool_calls) if completion.tool_calls else b""
     texts = (completion.content or "") + (completion.reasoning or "")
     return len(texts.encode("utf-8", "surrogatepass")) + len(calls)
@@ -148,7 +150,7 @@ class Tally:
 
 
 def tally(counter: CostCounter, rows: Iterable[tuple]) -> Tally:
-    """The ``Tally`` of ``count`` argument rows (``Store.spend_rows``)."""
+    """The ``Tally`` of ``count`` argument rows (``Store.tallies.spend_rows``)."""
     found = Tally()
     for row in rows:
         counted = counter.count(*row)

@@ -76,7 +76,7 @@ class CalibrationTasks:
             self.listing = self._spawn(self._ask_listed())
 
     def seen(self, figures: Mapping[str, dict]) -> None:
-        """Ask the renderer question of each provider of ``figures`` (``Store.provider_figures``)
+        """Ask the renderer question of each provider of ``figures`` (``store.providers``)
         that sold a completion without having answered it (one the listing did not name, a
         resume's new one), beside the work. A provider that only answered a question, refused,
         sold nothing to judge. Not while the listing or the unrouted question is out: either may

@@ -87,7 +87,7 @@ class Engine(Protocol):
         allowance: float,
         started: threading.Event | None = None,
     ) -> tuple[Rebuys, RunProgress]:
-        """Buy each of ``spoiled`` (``Store.spoiled_completions``) again, from providers other
+        """Buy each of ``spoiled`` (``providers.spoiled_completions``) again, from providers other
         than the excluded ones, while what they cost stays within ``allowance`` dollars; each
         answer replaces its spoiled completion (kept aside, never lost) in one commit. An
         engine whose ``rebuy_not_offered`` says why raises ``RebuyNotOffered`` with it."""

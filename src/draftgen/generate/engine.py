@@ -93,7 +93,7 @@ class LiveGeneration:
         return self.progress
 
     async def rebuy(self, spoiled: list[dict], allowance: float) -> Rebuys:
-        """Buy each of ``spoiled`` (``Store.spoiled_completions``) again, from providers other
+        """Buy each of ``spoiled`` (``providers.spoiled_completions``) again, from providers other
         than the excluded ones, as long as what they cost stays within ``allowance`` dollars;
         each answer replaces its spoiled completion (kept aside, never lost) in one commit."""
         self.rebuying.rebuys.wanted = len(spoiled)
@@ -157,7 +157,7 @@ class LiveGeneration:
                 raise error
             # Every provider that served is asked before its samples are judged after the
             # requests, also one the judge's tick did not see (a short run).
-            await providers.calibration_done(self.store.provider_figures)
+            await providers.calibration_done(self.store.providers.provider_figures)
         except asyncio.CancelledError:
             if (error := stopping.producer_error()) is not None:
                 raise error from None

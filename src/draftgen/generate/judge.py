@@ -67,8 +67,9 @@ class Exclusion:
 def judge(
     figures: dict[str, dict], excluded: set[str] | frozenset[str], rule: ExclusionRule = RULE
 ) -> list[Exclusion]:
-    """The providers of ``figures`` (``Store.provider_figures``) to exclude now, beside those
-    already ``excluded``, worst first; samples of providers already excluded count for no one."""
+    """The providers of ``figures`` (``Store.providers.provider_figures``) to exclude now,
+    beside those already ``excluded``, worst first; samples of providers already excluded count
+    for no one."""
     judged = {
         name: (row["samples"], sum(row["unverified"].values()), row["unverified"])
         for name, row in figures.items()

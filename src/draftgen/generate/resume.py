@@ -22,7 +22,7 @@ class StoredTurns:
         self._complete: set[int | str] = set()
         self._incomplete: set[int | str] = set()
         self._this_run: set[int | str] = set()  # generated now, not found from an earlier run
-        for key, finish in store.stored_finishes():
+        for key, finish in store.completions.stored_finishes():
             self._insert(_compact_key(key), finish in COMPLETE_FINISH_REASONS)
 
     def __contains__(self, key: str) -> bool:
@@ -57,7 +57,7 @@ class StoredTurns:
 
     def content(self, key: str) -> str:
         """The stored answer's content (committed: the writer is awaited before ``add``)."""
-        answer = self._store.answer(key)
+        answer = self._store.completions.answer(key)
         if answer is None:
             raise StoreError(f"completion {key} is indexed as stored but missing from the store")
         return answer[0]

@@ -201,15 +201,15 @@ def specforge_rows(
     its JSON text made at once (each several times faster than a list of Python ints)."""
     import numpy
 
-    for row in store.export_samples(include_unverified, proofs):
+    for row in store.samples.export_samples(include_unverified, proofs):
         ids = numpy.asarray(row["input_ids"])
         mask = loss_mask(row["prompt_len"], len(ids), off=b"0,", on=b"1,")[:-1]
         yield specforge_row(row, ids, orjson.Fragment(b"[" + mask + b"]"))
 
 
 def specforge_row(row: dict, ids, mask) -> dict:
-    """The record of a row of ``Store.export_samples``, its ids and mask as the writer encodes
-    them."""
+    """The record of a row of ``Store.samples.export_samples``, its ids and mask as the writer
+    encodes them."""
     return {
         "id": f"{row['source_id']}:{row['turn']}",
         "source_id": row["source_id"],
@@ -334,7 +334,7 @@ def parquet_rows(
     arrays."""
     import numpy
 
-    for row in store.export_samples(include_unverified, proofs):
+    for row in store.samples.export_samples(include_unverified, proofs):
         ids = numpy.asarray(row["input_ids"])
         mask = numpy.frombuffer(loss_mask(row["prompt_len"], len(ids)), dtype=numpy.int8)
         record = specforge_row(row, ids, mask)
@@ -355,7 +355,7 @@ def speculators_rows(
     goes, so the vocabulary is that of the rows written."""
     import numpy
 
-    for row in store.export_samples(include_unverified, proofs):
+    for row in store.samples.export_samples(include_unverified, proofs):
         ids = numpy.asarray(row["input_ids"])
         counts.add(ids, row["prompt_len"])
         yield {
@@ -558,9 +558,9 @@ def specforge_text_rows(
     """SpecForge conversations: the messages sent for a turn, then the answer the model gave."""
     from draftgen.profiles import DERIVED_LAYOUT, run_profile_named
 
-    name = store.meta("profile")
-    profile = run_profile_named(name, store.meta(DERIVED_LAYOUT)) if name else None
-    for stored, verdict in store.export_completions(include_unverified, proofs):
+    name = store.settings.meta("profile")
+    profile = run_profile_named(name, store.settings.meta(DERIVED_LAYOUT)) if name else None
+    for stored, verdict in store.samples.export_completions(include_unverified, proofs):
         row = {
             "id": f"{stored.source_id}:{stored.turn}",
             "conversations": [*stored.messages, assistant_message(stored.completion, profile)],
@@ -773,7 +773,7 @@ def _holds_row_of(store: Store, first: object) -> bool:
     if not isinstance(first, dict) or not isinstance(first.get("id"), str):
         return False
     wanted = (first["id"], first.get("generation_id"))
-    for number, row in enumerate(store.export_samples(True)):
+    for number, row in enumerate(store.samples.export_samples(True)):
         if number >= RECOGNISED_ROWS:
             break
         row_id = f"{row['source_id']}:{row['turn']}"

@@ -29,23 +29,23 @@ def provenance(
 ) -> dict:
     """The provenance of an export of ``store`` in ``fmt`` (its rows counted by the writer);
     ``proofs``: the only proofs its rows hold (None: every one)."""
-    raw = store.meta("settings")
+    raw = store.settings.meta("settings")
     settings = orjson.loads(raw) if raw else {}
-    raw = store.meta("sources")
+    raw = store.settings.meta("sources")
     sources = orjson.loads(raw) if raw else []
-    simulator = store.simulated()
-    counts = store.counts()  # what status shows: the run's cost is the same figure
+    simulator = store.settings.simulated()
+    counts = store.tallies.counts()  # what status shows: the run's cost is the same figure
     figures = {key: counts[key] for key in ("samples", "verified", "truncated")}
     first, last = store.db.execute(
         "SELECT min(created_at), max(created_at) FROM completions"
     ).fetchone()
-    profile, tokenizer = store.meta("profile"), store.meta("tokenizer")
+    profile, tokenizer = store.settings.meta("profile"), store.settings.meta("tokenizer")
     return {
         "format": fmt,
         "draftgen_version": __version__,
         "model": settings.get("model"),
         "tokenizer": tokenizer,
-        "tokenizer_digest": store.meta("tokenizer_digest"),
+        "tokenizer_digest": store.settings.meta("tokenizer_digest"),
         "profile": profile,
         "renderer": f"draftgen's {profile} profile over the chat template of {tokenizer}"
         if profile
@@ -77,8 +77,8 @@ def settings_digest(settings: dict) -> str:
 
 
 def row_provenance(row: dict, meta: dict) -> dict:
-    """The ``draftgen`` column of a row of ``Store.export_samples``: what identifies it, which
-    trainers ignore (they read ``input_ids``, ``loss_mask`` and ``seq_len``)."""
+    """The ``draftgen`` column of a row of ``Store.samples.export_samples``: what identifies it,
+    which trainers ignore (they read ``input_ids``, ``loss_mask`` and ``seq_len``)."""
     return {
         "id": f"{row['source_id']}:{row['turn']}",
         "verified": row["verified"],

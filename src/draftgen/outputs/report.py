@@ -66,9 +66,9 @@ MAX_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 def build_report(store: Store) -> dict:
     """The document: every figure report.html shows, computed once (docs/report.md names them)."""
-    rows = list(store.report_rows())
-    failures = list(store.failure_rows())
-    counts = store.counts()
+    rows = list(store.tallies.report_rows())
+    failures = list(store.tallies.failure_rows())
+    counts = store.tallies.counts()
     sequences = [_sequence_len(r) for r in rows]
     batch_run = bool(counts.get("batches"))
     flow = throughput(rows, pauses=not batch_run)
@@ -78,14 +78,14 @@ def build_report(store: Store) -> dict:
         "run_dir": str(store.run_dir),
         "generated_at": round(time.time(), 3),
         "model": _settings(store).get("model"),
-        "tokenizer": store.meta("tokenizer"),
-        "profile": store.meta("profile"),
+        "tokenizer": store.settings.meta("tokenizer"),
+        "profile": store.settings.meta("profile"),
         "settings": settings_panel(store, run_sources),
         "time": run_time(rows, failures, flow, counts["completion_tokens"]),
         "flagged": flagged(store, rows, failures),
         "sources": run_sources,
         # What simulator answered (the store's marker), or None: the data is real.
-        "simulated": store.simulated(),
+        "simulated": store.settings.simulated(),
         "active_run": counts.get("active_run"),
         "totals": totals(counts, len(failures)),
         "outcomes": outcome_counts(rows, failures),
@@ -126,18 +126,18 @@ def build_report(store: Store) -> dict:
 def proofs(store: Store) -> dict:
     """``proof_figures``; the pairs it needs measured here for a run whose reconstruction did
     not (a store from before), unless the run's tokenizer does not load."""
-    if stored_pairs(store) is None and store.meta("tokenizer"):
+    if stored_pairs(store) is None and store.settings.meta("tokenizer"):
         try:
             from draftgen.tokens.tokenizer import load_tokenizer
 
-            record_pairs(store, load_tokenizer(store.meta("tokenizer")))
+            record_pairs(store, load_tokenizer(store.settings.meta("tokenizer")))
         except Exception:  # the counts are still worth having: the estimate says "not measured"
             pass
     return proof_figures(store)
 
 
 def totals(counts: dict, failures: int) -> dict:
-    """The run's headline figures (the page's cards) from ``Store.counts``."""
+    """The run's headline figures (the page's cards) from ``Store.tallies.counts``."""
     return {
         "completions": counts["completions"],
         "samples": counts["samples"],
@@ -203,7 +203,7 @@ def sample_rows(store: Store, rows: list[dict]) -> dict:
     try:
         from draftgen.tokens.tokenizer import load_tokenizer
 
-        tokenizer = load_tokenizer(store.meta("tokenizer"))
+        tokenizer = load_tokenizer(store.settings.meta("tokenizer"))
     except Exception as exc:  # the report is still worth having without them
         return {"samples": [], "unavailable": f"the run's tokenizer did not load ({exc})"}
     run_dir = shlex.quote(str(store.run_dir))
@@ -245,9 +245,9 @@ def settings_panel(store: Store, run_sources: list[dict]) -> dict:
         "seed": settings.get("seed"),
         "reasoning": reasoning,
         "effort": reasoning.get("effort") if isinstance(reasoning, dict) else None,
-        "profile": store.meta("profile"),
-        "tokenizer": store.meta("tokenizer"),
-        "tokenizer_digest": store.meta("tokenizer_digest"),
+        "profile": store.settings.meta("profile"),
+        "tokenizer": store.settings.meta("tokenizer"),
+        "tokenizer_digest": store.settings.meta("tokenizer_digest"),
         "endpoints": [
             f"{endpoint_label(s.get('endpoint', ''))} ({s.get('server', 'unknown')})"
             for s in run_sources
@@ -328,7 +328,7 @@ def flagged(store: Store, rows: list[dict], failures: list[dict]) -> dict:
     listed: list[dict] = []
     if left_out:
         # Ids are read from the completions (in id order) only until enough are found.
-        for stored in store.completions():
+        for stored in store.completions.read():
             row = left_out.get(stored.key)
             if row is None:
                 continue
@@ -384,7 +384,7 @@ def sources(store: Store, counts: dict) -> list[dict]:
     """Where the data came from: the endpoints each run probed (``server`` says what answered:
     ``simulator`` for the built-in one, whose data is synthetic), else the endpoints that served
     completions (a run from before draftgen recorded its sources)."""
-    raw = store.meta("sources")
+    raw = store.settings.meta("sources")
     if raw:
         return orjson.loads(raw)
     return [{"endpoint": url, "server": "unknown"} for url in counts.get("endpoints") or {}]
@@ -425,7 +425,7 @@ def max_length_fit(lengths: list) -> list[dict]:
 
 
 def _settings(store: Store) -> dict:
-    raw = store.meta("settings")
+    raw = store.settings.meta("settings")
     return orjson.loads(raw) if raw else {}
 
 
@@ -498,10 +498,10 @@ def _verified_share(rows: list[dict]) -> float | None:
 
 
 def providers(rows: list[dict], figures: dict[str, dict] | None = None) -> list[dict]:
-    """A row per provider, most completions first; ``figures`` (``Store.provider_figures``)
-    add dollars per verified sample and the samples that failed, by reason, and count what a
-    provider served that was bought again elsewhere (its completions, cost and failed samples),
-    which the stored rows no longer hold."""
+    """A row per provider, most completions first; ``figures``
+    (``Store.providers.provider_figures``) add dollars per verified sample and the samples that
+    failed, by reason, and count what a provider served that was bought again elsewhere (its
+    completions, cost and failed samples), which the stored rows no longer hold."""
     figures = figures or {}
     by_provider: dict[str, list[dict]] = defaultdict(list)
     for row in rows:

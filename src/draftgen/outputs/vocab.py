@@ -139,7 +139,7 @@ def check_sizes(draft_size: int, target_size: int, flag: str = "--size") -> None
 def build_from_store(
     store: Store, draft_size: int, target_size: int, include_unverified: bool = False
 ) -> VocabMapping:
-    frequencies, samples = count_supervised(store.export_samples(include_unverified))
+    frequencies, samples = count_supervised(store.samples.export_samples(include_unverified))
     if not samples:
         raise VocabError(
             f"{store.run_dir} has no exportable samples to count; run it first "
@@ -152,7 +152,7 @@ def target_vocab_size(store: Store) -> int:
     """The vocabulary size of the tokenizer the run recorded (added tokens included)."""
     from draftgen.tokens.tokenizer import load_tokenizer
 
-    spec = store.meta("tokenizer")
+    spec = store.settings.meta("tokenizer")
     if not spec:
         raise VocabError(
             f"{store.run_dir} records no tokenizer; pass the target's vocab_size with --vocab-size"

@@ -92,14 +92,14 @@ def reconstruct_all(
     within a long text's encode too.
     """
     fingerprint = f"{tokenizer_spec}|{profile.name}|{__version__}"
-    if store.meta("reconstruction") != fingerprint:
-        store.restart_samples(fingerprint)
+    if store.settings.meta("reconstruction") != fingerprint:
+        store.samples.restart_samples(fingerprint)
     tokenizer = load_tokenizer(tokenizer_spec)
     made = 0
     # Batches are read, encoded on every core, reconstructed and written in turn; a batch's
     # samples are written by a thread of their own while the next batch is reconstructed
     # (SQLite releases the GIL while it writes): memory holds four batches.
-    pending = store.pending_completions(batch, follow=follow, stop=stop)
+    pending = store.completions.pending_completions(batch, follow=follow, stop=stop)
     try:
         with SampleWriter(store.run_dir) as writer:
             for samples in reconstruct_batches(pending, tokenizer, profile, stop):
@@ -143,7 +143,7 @@ class SampleWriter:
 
     def add(self, samples: list) -> None:
         self._wait()
-        self._writing = self._pool.submit(self._store.add_samples, samples)
+        self._writing = self._pool.submit(self._store.samples.add_samples, samples)
 
     def _wait(self) -> None:
         if self._writing is not None:
@@ -174,18 +174,20 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
     is code, so it is a property of the provider, not of one response: its mismatches that a
     repair explains become ``whitespace_altered``, the others' stay count mismatches.
     """
-    explained = _repair_explained_mismatches(store)
-    strippers = store.providers_with_reason(WHITESPACE_ALTERED) | set(explained)
-    strippers -= store.providers_keeping_edge_whitespace()
+    # Samples whose completion count differs and whose detail says restored edge whitespace
+    # would match it (``verify.REPAIR_WOULD_MATCH``), by provider.
+    explained = store.samples.details_by_provider(COMPLETION_COUNT_MISMATCH, REPAIR_WOULD_MATCH)
+    strippers = store.samples.providers_with_reason(WHITESPACE_ALTERED) | set(explained)
+    strippers -= store.samples.providers_keeping_edge_whitespace()
     named = [
         (key, WHITESPACE_ALTERED, detail.replace(f"{RESPLIT_OR_ALTERED}; ", "") + STRIPPER_EVIDENCE)
         for provider in sorted(strippers)
         for key, detail in explained.get(provider, ())
     ]
     if named:
-        store.flag_samples(named)
+        store.samples.flag_samples(named)
     keys, contents = [], []
-    for key, content in store.verified_contents(strippers):
+    for key, content in store.samples.verified_contents(strippers):
         keys.append(key)
         contents.append(profile.strip_end_of_turn(content))
     detail = "this provider strips whitespace and a strip here leaves the count unchanged"
@@ -196,7 +198,7 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
         if hidden
     ]
     if flags:
-        store.flag_samples(flags)
+        store.samples.flag_samples(flags)
     return len(flags)
 
 
@@ -204,22 +206,6 @@ def flag_invisible_strips(store: Store, tokenizer, profile: ModelProfile) -> int
 STRIPPER_EVIDENCE = (
     "; this provider never returned content with whitespace at its edges, so it strips it"
 )
-
-
-def _repair_explained_mismatches(store: Store) -> dict[str, list[tuple[str, str]]]:
-    """(key, detail) by provider of the samples whose completion count differs and whose detail
-    says restored edge whitespace would match it (``verify.REPAIR_WOULD_MATCH``)."""
-    # A Store method beside ``providers_with_reason`` would hold this query (store/ was not
-    # this change's to touch).
-    rows = store.db.execute(
-        "SELECT coalesce(c.provider, ''), s.key, s.detail FROM samples s JOIN completions c"
-        " ON c.key = s.key WHERE s.reason = ? AND instr(s.detail, ?) > 0",
-        (COMPLETION_COUNT_MISMATCH, REPAIR_WOULD_MATCH),
-    ).fetchall()
-    explained: dict[str, list[tuple[str, str]]] = {}
-    for provider, key, detail in rows:
-        explained.setdefault(provider, []).append((key, detail))
-    return explained
 
 
 @dataclass(frozen=True)
@@ -247,13 +233,13 @@ def argument_rewriters(store: Store, profile: ModelProfile) -> dict[str, Argumen
     evidence: dict[str, str] = {}
     marks: dict[str, set[str]] = {}
     keeps_order: set[str] = set()
-    for provider, questions in store.calibrations().items():
+    for provider, questions in store.calibrations.read().items():
         row = questions.get(TOOL_ARGUMENTS, {})
         if row.get("verdict") == REWRITES_ARGUMENTS:
             matched = row.get("matched") or ""
             evidence[provider] = f"calibration's forced call came back with {matched}"
             marks.setdefault(provider, set()).update(matched.split(","))
-    for provider, calls, request in store.tool_call_answers():
+    for provider, calls, request in store.samples.tool_call_answers():
         found = call_marks(calls, request.get("tools"), profile)
         if found:
             marks.setdefault(provider, set()).update(found)
@@ -263,7 +249,9 @@ def argument_rewriters(store: Store, profile: ModelProfile) -> dict[str, Argumen
         if keeps_unsorted_keys(calls):
             keeps_order.add(provider)
     if not profile.tool_arguments_parsed:
-        for provider in store.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED) - set(evidence):
+        for provider in store.samples.providers_with_reason(TOOL_ARGUMENTS_RESERIALISED) - set(
+            evidence
+        ):
             evidence[provider] = "a sample's count matched only a re-serialised reading"
     return {
         provider: ArgumentRewriter(
@@ -289,7 +277,9 @@ def flag_reserialising_providers(store: Store, tokenizer, profile: ModelProfile)
     """
     rewriters = argument_rewriters(store, profile)
     flags = []
-    for provider, stored, completion_ids in store.verified_tool_call_samples(set(rewriters)):
+    for provider, stored, completion_ids in store.samples.verified_tool_call_samples(
+        set(rewriters)
+    ):
         calls = stored.completion.tool_calls or []
         if not any(_has_arguments(call) for call in calls):
             continue
@@ -304,7 +294,7 @@ def flag_reserialising_providers(store: Store, tokenizer, profile: ModelProfile)
             (stored.key, PROVIDER_RESERIALISES_TOOL_ARGUMENTS, _doubt(rewriter, sharing, variants))
         )
     if flags:
-        store.flag_samples(flags)
+        store.samples.flag_samples(flags)
     return len(flags)
 
 
@@ -348,11 +338,11 @@ def flag_unproven_renderers(store: Store, tokenizer, profile: ModelProfile) -> i
     template = template_renderer(tokenizer, profile)
     if template is None:
         return 0
-    calibrations = store.calibrations()
+    calibrations = store.calibrations.read()
     flags = [
         (key, PROMPT_RENDERER_UNPROVEN, detail)
         for key, detail in unproven_renderings(
-            store.text_path_prompts(),
+            store.samples.text_path_prompts(),
             template,
             profile.prompt_renderer,
             providers_with(calibrations, RENDERER, RENDERS_AS_DRAFTGEN),
@@ -360,16 +350,18 @@ def flag_unproven_renderers(store: Store, tokenizer, profile: ModelProfile) -> i
         )
     ]
     if flags:
-        store.flag_samples(flags)
+        store.samples.flag_samples(flags)
     return len(flags)
 
 
 def reconstruct_pending(store: Store) -> int:
     """Reconstruct completions a run stored but did not reach (an interrupted run)."""
-    spec, name = store.meta("tokenizer"), store.meta("profile")
-    if not spec or not name or not store.counts()["unreconstructed"]:
+    spec, name = store.settings.meta("tokenizer"), store.settings.meta("profile")
+    if not spec or not name or not store.tallies.counts()["unreconstructed"]:
         return 0
-    return reconstruct_all(store, spec, run_profile_named(name, store.meta(DERIVED_LAYOUT)))
+    return reconstruct_all(
+        store, spec, run_profile_named(name, store.settings.meta(DERIVED_LAYOUT))
+    )
 
 
 def _follow_run(

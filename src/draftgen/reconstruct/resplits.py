@@ -95,7 +95,7 @@ def measure_pairs(store: Store, tokenizer: Any) -> PairMeasure:
     construction, while two tokens of the same stretch of text are what a model writing that
     stretch could have put side by side. An added token (``<think>``, ``</think>``) ends a
     stretch: BPE does not merge across it."""
-    fingerprint = store.meta("reconstruction") or ""
+    fingerprint = store.settings.meta("reconstruction") or ""
     tokens: list[int] = []
     stretch: list[int] = []  # each token's stretch of ordinary tokens
     samples = 0
@@ -220,20 +220,20 @@ def _ids(blob: bytes) -> list[int]:
 def record_pairs(store: Store, tokenizer: Any) -> PairMeasure:
     """Measure the pairs of the run's tokens and keep the measure in the store (meta)."""
     measure = measure_pairs(store, tokenizer)
-    store.set_meta(PAIRS_META, orjson.dumps(asdict(measure)).decode())
+    store.settings.set_meta(PAIRS_META, orjson.dumps(asdict(measure)).decode())
     return measure
 
 
 def stored_pairs(store: Store) -> PairMeasure | None:
     """The measure kept for the store's current reconstruction, or None."""
-    raw = store.meta(PAIRS_META)
+    raw = store.settings.meta(PAIRS_META)
     if not raw:
         return None
     try:
         measure = PairMeasure(**orjson.loads(raw))
     except (TypeError, ValueError):
         return None  # another version's shape: measured again at the next reconstruction
-    return measure if measure.fingerprint == (store.meta("reconstruction") or "") else None
+    return measure if measure.fingerprint == (store.settings.meta("reconstruction") or "") else None
 
 
 def estimate(store: Store) -> dict:
@@ -292,9 +292,9 @@ def _text_lengths(store: Store) -> dict[int, tuple[int, int, int]]:
     """Generated length -> (samples whose count settles them, flagged for their completion
     count, exported as verified), over the text-proof samples of providers not seen stripping
     whitespace (a strip changes the count too: their mismatches say nothing of re-splits)."""
-    strippers = store.providers_with_reason(WHITESPACE_ALTERED)
-    strippers -= store.providers_keeping_edge_whitespace()
-    strippers |= store.providers_with_reason(PROVIDER_STRIPS_WHITESPACE)
+    strippers = store.samples.providers_with_reason(WHITESPACE_ALTERED)
+    strippers -= store.samples.providers_keeping_edge_whitespace()
+    strippers |= store.samples.providers_with_reason(PROVIDER_STRIPS_WHITESPACE)
     itemsize = 4  # the samples' ids are stored as array("i") bytes
     lengths: dict[int, tuple[int, int, int]] = {}
     for n, provider, count, changed, exported in store.db.execute(
@@ -362,8 +362,8 @@ def _keeps_count(store: Store) -> tuple[float | None, str | None, dict]:
 
 
 def proof_figures(store: Store) -> dict[str, dict]:
-    """Samples and verified samples by proof (``Store.proof_counts``), the text proof's with
+    """Samples and verified samples by proof (``Store.tallies.proof_counts``), the text proof's with
     its re-splits (``estimate``)."""
-    figures = store.proof_counts()
+    figures = store.tallies.proof_counts()
     figures["text"]["resplits"] = estimate(store)
     return figures

@@ -55,8 +55,9 @@ TOOL_CALLS_UNREBUILT = "tool_calls_not_rebuilt"
 
 
 def unproven_figures(reasons: dict[str, int], samples: int) -> dict:
-    """Of a run's sample reasons (``Store.counts()["reasons"]``), those of ``DOUBT_REASONS``:
-    ``samples`` left unproven, their ``share`` of all samples and the count ``by_reason``."""
+    """Of a run's sample reasons (``Store.tallies.counts()["reasons"]``), those of
+    ``DOUBT_REASONS``: ``samples`` left unproven, their ``share`` of all samples and the count
+    ``by_reason``."""
     by_reason = {reason: n for reason, n in reasons.items() if reason in DOUBT_REASONS}
     total = sum(by_reason.values())
     return {

@@ -34,7 +34,7 @@ async def cancel_batches(run_dir: Path, api_key_env: str | None = None) -> list[
     what it bills (and, for several, a last line with the total)."""
     store = Store(run_dir, create=False)
     try:
-        recorded = store.meta(BATCH_META)
+        recorded = store.settings.meta(BATCH_META)
         if recorded is None:
             raise BatchRunError(f"{run_dir} has no batches: it was not run with --batch")
         meta = orjson.loads(recorded)
@@ -59,7 +59,7 @@ async def cancel_batches(run_dir: Path, api_key_env: str | None = None) -> list[
                     "in it, or name another one with --api-key-env"
                 )
             dialect = get_dialect(meta["dialect"])
-            settings = orjson.loads(store.meta("settings") or "{}")
+            settings = orjson.loads(store.settings.meta("settings") or "{}")
             async with BatchHttp(meta["url"], api_key) as http:
                 target = BatchTarget(
                     dialect, http, meta["url"], meta["model"], None, meta.get("grace", 120.0)

@@ -194,7 +194,7 @@ async def run_pilot(options: EstimateOptions, result: Estimate) -> None:
         with Store(Path(scratch), create=False) as store:
             rows = [
                 (row["completion_tokens"], row["latency"])
-                for row in store.report_rows()
+                for row in store.tallies.report_rows()
                 if row.get("completion_tokens") is not None
             ]
     if not rows:

@@ -99,9 +99,11 @@ def check_shard(store: Store, shard: Shard | None, out: Path) -> None:
     """Record which shard a new run directory holds, or refuse a resume with another one."""
     wanted = shard_label(shard)
     # A store from before shards existed, already used, read every row.
-    recorded = store.meta("shard") or (ALL if store.meta("settings") is not None else None)
+    recorded = store.settings.meta("shard") or (
+        ALL if store.settings.meta("settings") is not None else None
+    )
     if recorded in (None, wanted):
-        store.set_meta("shard", wanted)
+        store.settings.set_meta("shard", wanted)
         return
     if recorded == ALL:
         hint = "resume it without --shard, or choose a new --out directory"
@@ -140,16 +142,19 @@ async def before_first_request(
         if isinstance(exc, ProbeError):
             raise RunError(str(exc)) from None
         raise
-    store.set_meta(SOURCES, _merged_sources(store.meta(SOURCES), probed, simulator is not None))
+    store.settings.set_meta(
+        SOURCES, _merged_sources(store.settings.meta(SOURCES), probed, simulator is not None)
+    )
     if simulator is not None:
-        store.mark_simulated()  # status, the report and every export say the data is synthetic
+        # Status, the report and every export say the data is synthetic.
+        store.settings.mark_simulated()
     where = (
         "the built-in simulator on loopback: the data is synthetic (--simulate)"
         if simulator is not None
         else ", ".join(f"{r.endpoint} ({r.server}: {r.checked})" for r in probed)
     )
     _log.info("sending to %s", where)
-    stored = min(store.row_count("completions"), planned.requests)
+    stored = min(store.tables.row_count("completions"), planned.requests)
     _log.info(
         describe_plan(planned, options.out / REJECTED_NAME, stored),
         extra=_plan_fields(planned, stored),
@@ -254,8 +259,10 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
     refused = True  # until the first request: a refusal leaves no directory it made behind
     try:
         check_shard(store, options.shard, options.out)
-        store.check_settings(ctx.settings.as_dict())
-        store.check_identity(TOKENIZER_DIGEST, tokenizer_digest(options.tokenizer), "tokenizer")
+        store.settings.check_settings(ctx.settings.as_dict())
+        store.settings.check_identity(
+            TOKENIZER_DIGEST, tokenizer_digest(options.tokenizer), "tokenizer"
+        )
         simulator = None
         if base_url is None:
             simulator = await _start_embedded_simulator(ctx)
@@ -275,7 +282,7 @@ async def _run(ctx: RunContext, reconstruction: BackgroundReconstruction) -> Run
         # A store deleted after the last commit would otherwise end the run "done" with its rows
         # in a file nothing can open again.
         store.identity.check(store.db)
-        counts = store.counts()
+        counts = store.tallies.counts()
         counts["proofs"] = proof_figures(store)  # the run's last words are what status says
         return RunSummary(progress, counts, stopped=ending.stopped, signal=ending.signal)
     finally:
@@ -322,13 +329,13 @@ def _record_tokenizer_and_profile(ctx: RunContext, store: Store, profile: ModelP
     """What a resume, an export and status read back: the tokenizer, the profile (and that it was
     detected, when no --profile was given), the generic profile's derived layout."""
     options = ctx.options
-    store.set_meta("tokenizer", options.tokenizer)
-    store.set_meta("profile", profile.name)
+    store.settings.set_meta("tokenizer", options.tokenizer)
+    store.settings.set_meta("profile", profile.name)
     if options.profile is None:
-        store.set_meta(DETECTED_PROFILE, profile.name)
+        store.settings.set_meta(DETECTED_PROFILE, profile.name)
     if profile.derived is not None:
         # The generic profile: a resume, an export and status read the layout kept here.
-        store.set_meta(DERIVED_LAYOUT, orjson.dumps(profile.derived.to_json()).decode())
+        store.settings.set_meta(DERIVED_LAYOUT, orjson.dumps(profile.derived.to_json()).decode())
         _log.info(
             "layout derived from the chat template (profile generic): %s",
             "; ".join(profile.derived.describe()),
@@ -428,7 +435,7 @@ def _remove_unused(store: Store, made: Path | None) -> None:
     ``rejected.jsonl`` keeps it all: the refusal names it."""
     run_dir = store.run_dir
     try:
-        if not store.holds_nothing() or (run_dir / REJECTED_NAME).exists():
+        if not store.settings.holds_nothing() or (run_dir / REJECTED_NAME).exists():
             return
         store.db.close()
         for name in STORE_FILES - {LOCK_NAME}:

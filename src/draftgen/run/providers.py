@@ -371,18 +371,20 @@ async def _probe_one(
 
 def read_figures(store: Store, figures: ProviderFigures) -> None:
     """The probe's counts, cost and median latency from its run's store."""
-    counts = store.counts()
+    counts = store.tallies.counts()
     figures.samples = counts["samples"]
     figures.verified = counts["verified"]
     figures.reasons = {r: n for r, n in counts["reasons"].items() if r != "ok"}
     figures.failures = sum(counts["failures"].values())
     figures.cost = counts["cost"]
-    latencies = [row["latency"] for row in store.report_rows() if row["latency"] is not None]
+    latencies = [
+        row["latency"] for row in store.tallies.report_rows() if row["latency"] is not None
+    ]
     figures.latency_p50 = round(statistics.median(latencies), 3) if latencies else None
     # The probe routes to one provider: every question its calibration asked went there.
     figures.calibration = {
         question: row["verdict"]
-        for questions in store.calibrations().values()
+        for questions in store.calibrations.read().values()
         for question, row in questions.items()
     }
 

@@ -77,7 +77,7 @@ def run_on_ray(options: RunOptions, shards: int, address: str | None = None) -> 
             ray.shutdown()
     merge_runs(shard_dirs, out, replace=True)
     with Store(out, create=False) as store:
-        counts = store.counts()
+        counts = store.tallies.counts()
         counts["proofs"] = proof_figures(store)
     stopped = next((stop for _, stop in results if stop), None)
     return RunSummary(progress=RunProgress(), counts=counts, stopped=stopped)

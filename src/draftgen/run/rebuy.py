@@ -24,15 +24,17 @@ _log = logging.getLogger("draftgen.run")
 def rebuy_allowance(store: Store, share: float) -> float:
     """Dollars buying again may still spend: ``share`` of what the first purchases cost (every
     completion bought, re-buys aside), less what re-buys spent already."""
-    again = store.rebuy_figures()["rebuy_cost"]
-    return share * (store.spent() - again) - again
+    again = store.providers.rebuy_figures()["rebuy_cost"]
+    return share * (store.tallies.spent() - again) - again
 
 
 def judge_all(store: Store) -> None:
     """Judge the providers on the run's every sample, as the live judge could not for lack of
     them (a short run, a resume), and record each one caught."""
-    for exclusion in judge(store.provider_figures(), set(store.excluded_providers())):
-        store.exclude_provider(exclusion.provider, exclusion.evidence)
+    for exclusion in judge(
+        store.providers.provider_figures(), set(store.providers.excluded_providers())
+    ):
+        store.providers.exclude_provider(exclusion.provider, exclusion.evidence)
         _log.warning(
             "left provider %s out of the run (provider.ignore): %s; --keep-providers keeps "
             "every provider",
@@ -55,7 +57,7 @@ async def rebuy_spoiled(
         _log.debug(engine.rebuy_not_offered)
         return None
     judge_all(store)
-    spoiled = store.spoiled_completions(list(store.excluded_providers()))
+    spoiled = store.providers.spoiled_completions(list(store.providers.excluded_providers()))
     if not spoiled:
         return None
     allowance = rebuy_allowance(store, options.rebuy_budget)
@@ -63,7 +65,7 @@ async def rebuy_spoiled(
         "buying %d spoiled samples of %s again from the other providers (up to $%.4f, "
         "--rebuy-budget %g of the run's cost)",
         len(spoiled),
-        ", ".join(store.excluded_providers()),
+        ", ".join(store.providers.excluded_providers()),
         max(allowance, 0.0),
         options.rebuy_budget,
     )

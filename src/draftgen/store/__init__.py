@@ -1,4 +1,4 @@
-"""The store: one SQLite file per run holding every request and completion (``database``, the
-``Store`` front over one module per thing kept), and merging the stores of shards run apart
-(``merge``). It knows rows, not providers or models.
+"""The store: one SQLite file per run (``database.Store``, a holder of parts over one connection)
+and the merge of shards run apart (``merge``): a run's rows and what was judged of them and of its
+providers (figures, exclusions, calibrations), never how to reach a provider or render for a model.
 """

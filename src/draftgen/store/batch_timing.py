@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import sqlite3
 import statistics
+import time
 
 from draftgen.redact import usd
+from draftgen.store.schema import StorePart
 
 # Both batch dialects create batches with completion_window "24h" (the only window OpenRouter's
 # and OpenAI's Batch APIs accept): a batch
@@ -25,6 +27,63 @@ _FINAL = "(" + ", ".join(f"'{status}'" for status in FINAL_STATUSES) + ")"
 # SQL conditions on batch_intents: the intents whose batch may still run, and those that ended.
 IN_FLIGHT = f"(state IN ('submitting', 'submitted') AND coalesce(status, '') NOT IN {_FINAL})"
 ENDED = f"(state = 'ingested' OR (state IN ('submitting', 'submitted') AND status IN {_FINAL}))"
+
+
+class Batches(StorePart):
+    """``Store.batches``: the figures of a run's batches (``run --batch``), as status shows them."""
+
+    def batch_figures(self) -> dict:
+        """Batches of ``run --batch`` (empty for a live run): intents by state, final batches by
+        status, the ones in flight, and what the API charged (``usage.cost``) against the cost
+        of the rows that came back. A batch that reached a final status (recorded by ``draftgen
+        cancel`` or a poll) is final before a run stores its results."""
+        one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
+        if not one("SELECT count(*) FROM batch_intents")[0]:
+            return {}
+        in_flight = [
+            {
+                "nonce": nonce,
+                "batch_id": batch_id,
+                "state": state,
+                "status": status,
+                "rows": rows,
+                "submitted_at": created_at,
+                "status_at": status_at,
+            }
+            for nonce, batch_id, state, status, rows, created_at, status_at in self.db.execute(
+                "SELECT nonce, batch_id, state, status, rows, created_at, status_at"
+                f" FROM batch_intents WHERE {IN_FLIGHT} ORDER BY created_at, nonce"
+            )
+        ]
+        charged, known = one(
+            f"SELECT coalesce(sum(cost), 0), count(cost) FROM batch_intents WHERE {ENDED}"
+        )
+        rows_cost = one(
+            "SELECT coalesce(sum(c.cost), 0) FROM batch_rows r JOIN completions c ON c.key = r.key"
+            " WHERE r.outcome = 'done'"
+        )[0]
+        return {
+            "by_state": dict(
+                self.db.execute("SELECT state, count(*) FROM batch_intents GROUP BY 1")
+            ),
+            "final": dict(
+                self.db.execute(
+                    f"SELECT status, count(*) FROM batch_intents WHERE {ENDED}"
+                    " GROUP BY 1 ORDER BY 2 DESC"
+                )
+            ),
+            "in_flight": in_flight,
+            "rows_in_flight": sum(b["rows"] for b in in_flight),
+            "rows_sent": one("SELECT count(*) FROM batch_rows")[0],
+            "rows_answered": one("SELECT count(*) FROM batch_rows WHERE outcome = 'done'")[0],
+            "rows_sent_again": one(
+                "SELECT count(*) FROM batch_rows WHERE outcome IN"
+                " ('failed', 'expired', 'cancelled', 'missing', 'batch_failed')"
+            )[0],
+            "charged": round(charged, 9) if known else None,  # None: the API reports none
+            "rows_cost": round(rows_cost, 9),
+            "timing": batch_timing(self.db, time.time()),
+        }
 
 
 def batch_timing(db: sqlite3.Connection, now: float) -> dict:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from draftgen.store.schema import StorePart
+
 # The questions (``question`` column) and their verdicts.
 RENDERER = "renderer"  # which renderer the provider renders prompts with (a prompt count)
 TOOL_ARGUMENTS = "tool_arguments"  # whether something rewrites tool-call arguments on top
@@ -38,6 +40,14 @@ _COLUMNS = (
     "generation_id",  # the API's id of the answer: a paid answer, accounted for like any other
     "errors",  # the failed attempts sent again (JSON), counted with the run's retries
 )
+
+
+class Calibrations(StorePart):
+    """``Store.calibrations``: what calibration asked each provider, and what it proved."""
+
+    def read(self) -> dict[str, dict[str, dict]]:
+        """provider -> question -> the row (``read_calibrations``)."""
+        return read_calibrations(self.db)
 
 
 def calibration_statements(row: dict) -> list[tuple[str, tuple]]:

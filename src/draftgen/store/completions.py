@@ -1,12 +1,11 @@
 """A completion in the store's rows and back: the statements that store one
 (``completion_statements``), its raw message packed so each text is kept once, and the reads of
-stored completions (``CompletionsMixin``), streamed or a batch at a time.
+stored completions (``Completions``, the store's part), streamed or a batch at a time.
 """
 
 from __future__ import annotations
 
 import collections
-import sqlite3
 import threading
 import time
 from array import array
@@ -20,13 +19,12 @@ from draftgen.store.schema import (
     INSERT_LOGPROB_TOKENS,
     INSERT_SERVER_IDS,
     SELECT_COMPLETIONS,
+    StorePart,
 )
 
 
-class CompletionsMixin:
-    """``Store``'s reads of stored completions."""
-
-    db: sqlite3.Connection
+class Completions(StorePart):
+    """``Store.completions``: the reads of stored completions (the writes are the writer's)."""
 
     def stored_finishes(self) -> Iterator[tuple[str, str | None]]:
         """(key, finish_reason) of every stored completion, streamed: what a resume skips."""
@@ -39,7 +37,9 @@ class CompletionsMixin:
         ).fetchone()
         return None if row is None else (row[0] or "", row[1])
 
-    def completions(self, without_sample: bool = False) -> Iterator[StoredCompletion]:
+    def read(self, without_sample: bool = False) -> Iterator[StoredCompletion]:
+        """Every stored completion (those without a sample yet, ``without_sample``), in
+        (source_id, turn) order."""
         sql = SELECT_COMPLETIONS
         if without_sample:
             sql += " WHERE c.key NOT IN (SELECT key FROM samples)"

@@ -19,7 +19,6 @@ from typing import ClassVar
 import orjson
 
 from draftgen.errors import DraftgenError
-from draftgen.store.schema import INSERT_COMPLETION, write_transaction
 
 DB_NAME = "draftgen.sqlite"
 REJECTED_NAME = "rejected.jsonl"  # the rows a run could not use, beside the store
@@ -39,43 +38,6 @@ class StoreError(DraftgenError, RuntimeError):
 class StoreHalted(StoreError):
     """The run must stop: its store's file is gone or the disk kept refusing a write. The message
     says where the rows are and what to do, so a caller adds nothing to it."""
-
-
-class RecoveryMixin:
-    """``Store.import_unstored``: the writes a full disk kept in side files, taken back (its
-    ``meta`` and ``set_meta`` are the settings part's)."""
-
-    db: sqlite3.Connection
-    run_dir: Path
-
-    def import_unstored(self) -> int:
-        """Write the statements a run kept in side files (``unstored-*.jsonl``) when the disk
-        refused them, then delete the files: the completions stored. A file's import is marked
-        in the same transaction until the file is gone, so an import cut short is done again
-        and never twice (keys are unique; events and failures are not)."""
-        completions = 0
-        for side in sorted(self.run_dir.glob(UNSTORED_GLOB)):
-            marker = f"imported {side.name}"
-            if self.meta(marker) is None:
-                statements = read_side_file(side)
-                try:
-                    with write_transaction(self.db):
-                        for sql, params in statements:
-                            self.db.execute(sql, params)
-                        self.set_meta(marker, str(len(statements)))
-                except sqlite3.Error as exc:
-                    raise StoreError(
-                        f"cannot import {side} into the store ({exc}); free disk space and rerun "
-                        "the same command"
-                    ) from None
-                imported = sum(sql == INSERT_COMPLETION for sql, _ in statements)
-                completions += imported
-                _log.warning(
-                    "imported %d completions a run could not store from %s", imported, side
-                )
-            side.unlink()
-            self.db.execute("DELETE FROM meta WHERE name = ?", (marker,))
-        return completions
 
 
 class RunLock:
@@ -237,7 +199,7 @@ def _file_key(path: Path) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
 
-def _check_run_dir(run_dir: Path) -> None:
+def check_run_dir(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise StoreError(
             f"{run_dir} is a file, not a run directory; give a directory (new or a run's) instead"

@@ -25,7 +25,7 @@ from draftgen.store.identity import (
 from draftgen.store.schema import (
     INSERT_ENDPOINT_EVENT,
     SCHEMA,
-    _add_missing_columns,
+    add_missing_columns,
     connect,
     write_transaction,
 )
@@ -258,7 +258,7 @@ def rebuild(run_dir: Path, damage: str) -> int:
         db = connect(partial)
         try:
             db.executescript(SCHEMA)
-            _add_missing_columns(db)
+            add_missing_columns(db)
             completions = replay(db, journal)
         finally:
             db.close()

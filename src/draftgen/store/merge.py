@@ -87,9 +87,10 @@ def merge_runs(sources: list[Path], out: Path, *, replace: bool = False) -> Merg
             meta["shard"] = label
             meta["merged_from"] = orjson.dumps([str(s) for s in sources]).decode()
             for name, value in meta.items():
-                merged.set_meta(name, value)
+                merged.settings.set_meta(name, value)
             counts = {
-                table: merged.row_count(table) for table in ("completions", "failures", "samples")
+                table: merged.tables.row_count(table)
+                for table in ("completions", "failures", "samples")
             }
         with open(partial, "rb+") as handle:
             os.fsync(handle.fileno())
@@ -166,7 +167,7 @@ def _whole(source: Path) -> None:
 
 def _read_meta(source: Path) -> dict[str, str]:
     with Store.as_found(source) as store:
-        return store.all_meta()
+        return store.settings.all_meta()
 
 
 def _agreed_meta(sources: list[Path], metas: list[dict[str, str]]) -> dict[str, str]:
@@ -212,9 +213,9 @@ def _choose_keys(merged: Store, sources: list[Path]) -> int:
     shared = 0
     for index, source in enumerate(sources):
         with Store.as_found(source) as store:
-            for records in store.key_records():
+            for records in store.merge.key_records():
                 ranks = [(key, _rank(verified, done)) for key, verified, done in records]
-                shared += merged.rank_keys(index, ranks)
+                shared += merged.merge.rank_keys(index, ranks)
     return shared
 
 
@@ -227,15 +228,15 @@ def _rank(verified: bool, completed: bool) -> int:
 def _copy_run(merged: Store, index: int, source: Path, samples: bool) -> None:
     """Copy run ``index``'s rows of the keys it won, and all its rows of tables without keys."""
     with Store.as_found(source) as store:
-        known = merged.tables()
-        for table, create in store.tables().items():
+        known = merged.tables.read()
+        for table, create in store.tables.read().items():
             if table == "meta" or (table == "samples" and not samples):
                 continue
             if table not in known:  # a table this draftgen does not know: carried as it is
-                merged.add_table(create)
+                merged.tables.add_table(create)
                 known[table] = create
-            columns = sorted(store.columns(table) & merged.columns(table))
-            merged.copy_rows(store, table, columns, index, every_row=table in SPENT_TABLES)
+            columns = sorted(store.tables.columns(table) & merged.tables.columns(table))
+            merged.merge.copy_rows(store, table, columns, index, every_row=table in SPENT_TABLES)
 
 
 def _merge_rejected(sources: list[Path], out: Path) -> int:

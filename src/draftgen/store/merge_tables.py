@@ -1,52 +1,27 @@
-"""A store's side of merging runs (``draftgen.store.merge``): a store opened to be read as found
-or filled unjournalled, its tables and columns listed, its keys ranked, rows copied across stores.
+"""A store's side of merging runs (``draftgen.store.merge``): its tables and columns listed
+(``Tables``), its keys ranked and rows copied across stores (``Merge``).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Self
+from typing import Protocol
 
-from draftgen.store.identity import DB_NAME
-from draftgen.store.schema import SCHEMA
+from draftgen.store.schema import StoreFile, StorePart
 
 
-class MergeMixin:
-    """``Store``'s side of a merge: opened as found or unjournalled, its tables listed, its keys
-    ranked, rows copied from another store in one statement."""
+class Located(Protocol):
+    """A store, or a store's file: what names the file a merge copies rows from."""
 
-    db: sqlite3.Connection
     path: Path
-    run_dir: Path
 
-    @classmethod
-    def as_found(cls, run_dir: Path) -> Self:
-        """A run's store opened to be read as it is: no table or column is added and no journal
-        mode set, so a store an older draftgen made is read, not upgraded."""
-        store = cls.__new__(cls)
-        store.run_dir = Path(run_dir)
-        store.path = store.run_dir / DB_NAME
-        store.lock = store.identity = None
-        store.db = sqlite3.connect(store.path, isolation_level=None)
-        return store
 
-    @classmethod
-    def unjournalled(cls, path: Path) -> Self:
-        """A new store file at ``path`` filled in one go, with no journal and no syncs: its
-        maker syncs it and renames it into a run directory (a crash leaves a file to delete)."""
-        store = cls.__new__(cls)
-        store.path = Path(path)
-        store.run_dir = store.path.parent
-        store.lock = store.identity = None
-        store.db = sqlite3.connect(store.path, isolation_level=None)
-        store.db.execute("PRAGMA synchronous=OFF")
-        store.db.execute("PRAGMA journal_mode=OFF")
-        store.db.executescript(SCHEMA)
-        return store
+class Tables(StorePart):
+    """``Store.tables``: the tables a store's file holds, their columns and rows, whatever
+    draftgen made them."""
 
-    def tables(self) -> dict[str, str]:
+    def read(self) -> dict[str, str]:
         """Each table's CREATE statement by name, tables this draftgen does not know included."""
         return dict(
             self.db.execute(
@@ -65,11 +40,20 @@ class MergeMixin:
     def row_count(self, table: str) -> int:
         return self.db.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
 
+
+class Merge(StorePart):
+    """``Store.merge``: a store's side of a merge: its keys ranked, rows copied from another
+    store in one statement."""
+
+    def __init__(self, file: StoreFile, tables: Tables) -> None:
+        super().__init__(file)
+        self.tables = tables
+
     def key_records(self, batch: int = 10_000) -> Iterator[list[tuple[str, bool, bool]]]:
         """(key, has a verified untruncated sample, has a completion) of every key with a
         completion or a failure, ``batch`` keys at a time; tables an older store lacks count as
         empty."""
-        tables = self.tables()
+        tables = self.tables.read()
         parts = []
         if "completions" in tables:
             verified = (
@@ -126,7 +110,7 @@ class MergeMixin:
         )
 
     def copy_rows(
-        self, source: Self, table: str, columns: list[str], run: int, every_row: bool = False
+        self, source: Located, table: str, columns: list[str], run: int, every_row: bool = False
     ) -> None:
         """Copy ``columns`` of ``source``'s rows of ``table`` into this store, run ``run`` of a
         merge: a keyed row only if ``rank_keys`` gave its key to that run (unless

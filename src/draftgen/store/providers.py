@@ -12,13 +12,12 @@ import orjson
 
 from draftgen.store.calibration import calibration_cost, read_calibrations
 from draftgen.store.refused import refused_by_provider
-from draftgen.store.schema import KEYED_TABLES
+from draftgen.store.schema import KEYED_TABLES, StorePart
 
 
-class ProvidersMixin:
-    """``Store``'s figures of providers, exclusions, calibrations and re-buys."""
-
-    db: sqlite3.Connection
+class Providers(StorePart):
+    """``Store.providers``: providers' figures, the ones left out, and re-buys (what calibration
+    asked them is ``Store.calibrations``)."""
 
     def provider_figures(self) -> dict[str, dict]:
         """Per provider (``provider_figures``), most completions first."""
@@ -33,10 +32,6 @@ class ProvidersMixin:
                 "SELECT provider, at, evidence FROM provider_exclusions ORDER BY at, provider"
             )
         }
-
-    def calibrations(self) -> dict[str, dict[str, dict]]:
-        """What calibration asked each provider (``store.calibration.read_calibrations``)."""
-        return read_calibrations(self.db)
 
     def exclude_provider(self, provider: str, evidence: str) -> None:
         """Record ``provider`` as left out of the run (``excluded_providers``)."""

@@ -19,17 +19,14 @@ import orjson
 from draftgen.records import OLD_PROOF_NAMES, StoredCompletion, TokenSample, proof_name
 from draftgen.store import writer
 from draftgen.store.completions import _stored_completion
-from draftgen.store.identity import DB_NAME, StoreError
+from draftgen.store.identity import StoreError
 from draftgen.store.providers import provider_figures
-from draftgen.store.schema import INSERT_SAMPLE, SELECT_COMPLETIONS, connect
+from draftgen.store.schema import INSERT_SAMPLE, SELECT_COMPLETIONS, StorePart
 from draftgen.store.writer import _transaction, write_patiently
 
 
-class SamplesMixin:
-    """``Store``'s writes and reads of samples and verdicts."""
-
-    db: sqlite3.Connection
-    run_dir: Path
+class Samples(StorePart):
+    """``Store.samples``: the writes and reads of samples and verdicts."""
 
     def restart_samples(self, fingerprint: str) -> None:
         """Delete every sample, then record what the next ones are made with (meta
@@ -59,7 +56,7 @@ class SamplesMixin:
                 writer.STORE_PATIENCE,  # read now: a test shortens it
                 lambda: f"{len(rows)} samples",
                 self.run_dir,
-                reopen=self._reopen,
+                reopen=self.file.reopen,
             )
         except sqlite3.OperationalError as exc:
             raise StoreError(
@@ -67,12 +64,6 @@ class SamplesMixin:
                 "disk space or make the directory writable, and run draftgen export to "
                 "reconstruct the rest"
             ) from None
-
-    def _reopen(self) -> None:
-        """A connection opened while the store's file could not be written stays read-only."""
-        fresh = connect(self.run_dir / DB_NAME)
-        self.db.close()
-        self.db = fresh
 
     def providers_with_reason(self, reason: str) -> set[str]:
         return {
@@ -83,6 +74,18 @@ class SamplesMixin:
                 (reason,),
             )
         }
+
+    def details_by_provider(self, reason: str, containing: str) -> dict[str, list[tuple[str, str]]]:
+        """(key, detail) by provider ('' where none was named) of the samples failed for
+        ``reason`` whose detail holds ``containing``."""
+        explained: dict[str, list[tuple[str, str]]] = {}
+        for provider, key, detail in self.db.execute(
+            "SELECT coalesce(c.provider, ''), s.key, s.detail FROM samples s JOIN completions c"
+            " ON c.key = s.key WHERE s.reason = ? AND instr(s.detail, ?) > 0",
+            (reason, containing),
+        ).fetchall():
+            explained.setdefault(provider, []).append((key, detail))
+        return explained
 
     def providers_keeping_edge_whitespace(self) -> set[str]:
         """Providers that returned some content with whitespace at its edges: they do not strip."""

@@ -1,5 +1,5 @@
 """The store's tables and the statements that fill them, in one place: the schema, the columns
-added to stores made before them, and how a connection to a store is opened and takes its lock.
+added since, a connection and its lock, and the one connection the store's parts share.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMA = """
@@ -206,7 +207,7 @@ INSERT_LOGPROB_TOKENS = "INSERT OR IGNORE INTO logprob_tokens (key, token_bytes)
 KEYED_TABLES = ("completions", "samples", "server_ids", "logprob_tokens")
 
 
-def _add_missing_columns(db: sqlite3.Connection) -> None:
+def add_missing_columns(db: sqlite3.Connection) -> None:
     """Columns added after a store was first made (CREATE TABLE IF NOT EXISTS keeps old tables)."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(samples)")}
     if "text_check" not in columns:
@@ -231,6 +232,38 @@ def connect(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     return connection
+
+
+@dataclass
+class StoreFile:
+    """A store's file and the one connection every part of the store shares (``StorePart``):
+    a connection opened again (``reopen``) is then every part's."""
+
+    path: Path
+    run_dir: Path
+    db: sqlite3.Connection
+
+    def reopen(self) -> None:
+        """A connection opened while the store's file could not be written stays read-only."""
+        fresh = connect(self.path)
+        self.db.close()
+        self.db = fresh
+
+
+class StorePart:
+    """One thing a store keeps (its settings, samples, providers ...): its reads and writes over
+    the store's one connection, held by ``Store`` as an attribute named by what it keeps."""
+
+    def __init__(self, file: StoreFile) -> None:
+        self.file = file
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        return self.file.db
+
+    @property
+    def run_dir(self) -> Path:
+        return self.file.run_dir
 
 
 def begin_immediate(db: sqlite3.Connection) -> None:

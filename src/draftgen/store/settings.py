@@ -4,24 +4,19 @@ resume, and the marks it keeps (a simulated run, the generic profile's derived l
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
 import orjson
 
 from draftgen.profiles import DERIVED_LAYOUT, DerivedLayout
 from draftgen.store.identity import StoreError
+from draftgen.store.schema import StorePart
 
 # Meta: what answered a run made by a simulator ("built-in simulator"), whose data is synthetic.
 # Set once and kept: a run resumed against a real server still holds the synthetic part.
 SIMULATED = "simulated"
 
 
-class SettingsMixin:
-    """``Store``'s settings, identities and marks (the ``meta`` table)."""
-
-    db: sqlite3.Connection
-    run_dir: Path
+class Settings(StorePart):
+    """``Store.settings``: the run's settings, identities and marks (the ``meta`` table)."""
 
     def check_settings(self, settings: dict) -> None:
         """Record the generation settings, or refuse if the store was made with others."""

@@ -6,26 +6,38 @@ from __future__ import annotations
 
 import collections
 import re
-import sqlite3
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 
 from draftgen.records import PROOFS, proof_name
-from draftgen.store.batch_timing import ENDED, IN_FLIGHT, batch_timing, billed_without_rows
-from draftgen.store.calibration import calibration_cost
+from draftgen.store.batch_timing import Batches, billed_without_rows
+from draftgen.store.calibration import Calibrations, calibration_cost
 from draftgen.store.identity import REJECTED_NAME, RunLock
+from draftgen.store.providers import Providers
 from draftgen.store.refused import refused_figures
+from draftgen.store.schema import StoreFile, StorePart
+from draftgen.store.settings import Settings
 
 
-class TalliesMixin:
-    """``Store``'s counts; ``counts`` also reads the other parts' figures (providers, re-buys,
-    calibration, settings)."""
+class Tallies(StorePart):
+    """``Store.tallies``: the counts; ``counts`` also reads the other parts' figures (providers,
+    re-buys, calibration, batches, settings), which it is given."""
 
-    db: sqlite3.Connection
-    run_dir: Path
+    def __init__(
+        self,
+        file: StoreFile,
+        *,
+        settings: Settings,
+        providers: Providers,
+        calibrations: Calibrations,
+        batches: Batches,
+    ) -> None:
+        super().__init__(file)
+        self.settings = settings
+        self.providers = providers
+        self.calibrations = calibrations
+        self.batches = batches
 
     def report_rows(self) -> Iterator[dict]:
         """One dict per stored completion with what ``draftgen report`` draws: usage, latency,
@@ -91,12 +103,12 @@ class TalliesMixin:
         cost += billed_without_rows(self.db)
         # Failed attempts sent again, by kind: the one count of retries (progress counts alike).
         retried = self.retried_errors()
-        rebuys = self.rebuy_figures()
+        rebuys = self.providers.rebuy_figures()
         # What was bought and replaced was paid for: the run's cost and tokens count it.
         cost += rebuys["spoiled_cost"]
         prompt_tokens += rebuys["spoiled_prompt_tokens"]
         completion_tokens += rebuys["spoiled_completion_tokens"]
-        calibrations = self.calibrations()
+        calibrations = self.calibrations.read()
         cost += calibration_cost(calibrations)
         # Answers refused for their usage were billed: their estimates count, as --max-cost's do.
         refused, refused_cost = refused_figures(self.db)
@@ -154,9 +166,13 @@ class TalliesMixin:
         left out, re-buys and calibration (the last three only when there are any)."""
         return {
             "endpoints": self.endpoint_figures(),
-            "providers": self.provider_figures(),
+            "providers": self.providers.provider_figures(),
             # Only when a provider was left out: the run went on without it.
-            **({"excluded_providers": excluded} if (excluded := self.excluded_providers()) else {}),
+            **(
+                {"excluded_providers": excluded}
+                if (excluded := self.providers.excluded_providers())
+                else {}
+            ),
             **({"rebuys": rebuys} if rebuys["rebought"] else {}),
             # Only when the run calibrated: what each provider was asked and what it proved.
             **({"calibration": calibrations} if calibrations else {}),
@@ -168,11 +184,11 @@ class TalliesMixin:
         return {
             **self.rejected_rows(),
             "active_run": RunLock.holder(self.run_dir, ignore_own=True),
-            "batches": self.batch_figures(),
+            "batches": self.batches.batch_figures(),
             # Only when set: a run of real data shows what it showed before the marker existed.
-            **({"simulated": simulated} if (simulated := self.simulated()) else {}),
+            **({"simulated": simulated} if (simulated := self.settings.simulated()) else {}),
             # Only for the generic profile: what its chat template showed.
-            **({"derived_layout": derived} if (derived := self.derived_layout()) else {}),
+            **({"derived_layout": derived} if (derived := self.settings.derived_layout()) else {}),
         }
 
     def spent(self) -> float:
@@ -191,59 +207,6 @@ class TalliesMixin:
             " coalesce(sum(truncated = 1), 0) FROM samples"
         ).fetchone()
         return {"samples": samples, "verified": verified, "truncated": truncated}
-
-    def batch_figures(self) -> dict:
-        """Batches of ``run --batch`` (empty for a live run): intents by state, final batches by
-        status, the ones in flight, and what the API charged (``usage.cost``) against the cost
-        of the rows that came back. A batch that reached a final status (recorded by ``draftgen
-        cancel`` or a poll) is final before a run stores its results."""
-        one = lambda sql: self.db.execute(sql).fetchone()  # noqa: E731
-        if not one("SELECT count(*) FROM batch_intents")[0]:
-            return {}
-        in_flight = [
-            {
-                "nonce": nonce,
-                "batch_id": batch_id,
-                "state": state,
-                "status": status,
-                "rows": rows,
-                "submitted_at": created_at,
-                "status_at": status_at,
-            }
-            for nonce, batch_id, state, status, rows, created_at, status_at in self.db.execute(
-                "SELECT nonce, batch_id, state, status, rows, created_at, status_at"
-                f" FROM batch_intents WHERE {IN_FLIGHT} ORDER BY created_at, nonce"
-            )
-        ]
-        charged, known = one(
-            f"SELECT coalesce(sum(cost), 0), count(cost) FROM batch_intents WHERE {ENDED}"
-        )
-        rows_cost = one(
-            "SELECT coalesce(sum(c.cost), 0) FROM batch_rows r JOIN completions c ON c.key = r.key"
-            " WHERE r.outcome = 'done'"
-        )[0]
-        return {
-            "by_state": dict(
-                self.db.execute("SELECT state, count(*) FROM batch_intents GROUP BY 1")
-            ),
-            "final": dict(
-                self.db.execute(
-                    f"SELECT status, count(*) FROM batch_intents WHERE {ENDED}"
-                    " GROUP BY 1 ORDER BY 2 DESC"
-                )
-            ),
-            "in_flight": in_flight,
-            "rows_in_flight": sum(b["rows"] for b in in_flight),
-            "rows_sent": one("SELECT count(*) FROM batch_rows")[0],
-            "rows_answered": one("SELECT count(*) FROM batch_rows WHERE outcome = 'done'")[0],
-            "rows_sent_again": one(
-                "SELECT count(*) FROM batch_rows WHERE outcome IN"
-                " ('failed', 'expired', 'cancelled', 'missing', 'batch_failed')"
-            )[0],
-            "charged": round(charged, 9) if known else None,  # None: the API reports none
-            "rows_cost": round(rows_cost, 9),
-            "timing": batch_timing(self.db, time.time()),
-        }
 
     def unreconstructed(self) -> int:
         """Stored completions without a sample yet (an export leaves them out)."""

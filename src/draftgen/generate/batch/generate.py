@@ -199,7 +199,7 @@ class BatchRun:
     # -- the run ---------------------------------------------------------------------------------
 
     async def run(self) -> BatchProgress:
-        self.store.set_meta(
+        self.store.settings.set_meta(
             BATCH_META,
             orjson.dumps(
                 {

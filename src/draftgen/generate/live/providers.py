@@ -56,7 +56,9 @@ class Providers:
         # (the backend's ``route_around``); --keep-providers, or a backend that routes to no
         # providers, never leaves one out. A resume goes on leaving out what the store records.
         self.route_around = None if options.keep_providers else self.backend.route_around
-        self.excluded: list[str] = list(store.excluded_providers()) if self.route_around else []
+        self.excluded: list[str] = (
+            list(store.providers.excluded_providers()) if self.route_around else []
+        )
         self.calibrator = self._calibrator(ctx)
         # Its questions as tasks beside the work (``generate.calibration_task``), made by
         # ``calibrate`` once the offer is known (a server whose ids are the proof needs none).
@@ -125,7 +127,7 @@ class Providers:
             question=question,
             tools=bool(ctx.profile.tool_call_writer) and ctx.profile.segmented is None,
             profile=ctx.profile,
-            asked=self.store.calibrations(),
+            asked=self.store.calibrations.read(),
         )
 
     def calibrate(self, ask: bool = True) -> None:

@@ -29,8 +29,8 @@ _log = logging.getLogger("draftgen.generate")
 
 
 class Rebuying:
-    """Spoiled completions (``Store.spoiled_completions``) queued by ``produce_rebuys`` and bought
-    by the workers (``rebuy_one``); what it came to is ``rebuys``."""
+    """Spoiled completions (``providers.spoiled_completions``) queued by ``produce_rebuys`` and
+    bought by the workers (``rebuy_one``); what it came to is ``rebuys``."""
 
     def __init__(
         self,

@@ -120,7 +120,7 @@ class Requests:
             return
         self.costs = CostCounter(await self.listed_prices())
         self.refused.costs = self.costs
-        stored = tally(self.costs, self.store.spend_rows())
+        stored = tally(self.costs, self.store.tallies.spend_rows())
         refused = refused_figures(self.store.db)
         self.budget.begin(self.costs.prices, self.options.max_tokens, stored, refused)
 
@@ -139,7 +139,7 @@ class Requests:
         backend whose ids are the server's."""
         if self.backend.id_source != PROOF_TEXT or self.offer is not None:
             return self.offer
-        stored = recorded_offer(self.store.meta(OFFER_META), self.servers)
+        stored = recorded_offer(self.store.settings.meta(OFFER_META), self.servers)
         if stored is not None:
             self.offer = stored
             _log.info(describe(stored, recorded=True), extra={"offer": stored.as_dict()})
