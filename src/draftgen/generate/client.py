@@ -661,7 +661,7 @@ class ChatClient:
             cap = self._max_answer_bytes
             if cap is not None and len(raw) > cap and (size := answer_size(completion)) > cap:
                 named = (completion.generation_id, completion.provider)
-                raise self._too_long(size, completion.usage, raw, named, whole=True)
+                raise _too_long(size, cap, completion.usage, raw, named, whole=True)
             return completion
         accumulator = backend.stream_accumulator() if backend else StreamAccumulator()
         return await self._read_stream(response, accumulator)
@@ -672,7 +672,7 @@ class ChatClient:
         without Content-Length that is never closed is paid for all the same)."""
         cap = self._max_response_bytes
         if response.content_length is not None and response.content_length > cap:
-            raise self._too_large()
+            raise _too_large(cap)
         pieces: list[bytes] = []
         received = 0
         braces = 0  # "{" less "}" so far: 0 (and a "}" last) is when the object may be whole
@@ -682,7 +682,7 @@ class ChatClient:
             async for piece in response.content.iter_any():
                 received += len(piece)
                 if received > cap:
-                    raise self._too_large()
+                    raise _too_large(cap)
                 clock.observe(piece)
                 pieces.append(piece)
                 self.memory.charge(reading, len(piece))
@@ -718,7 +718,7 @@ class ChatClient:
             async for data in response.content.iter_any():
                 received += len(data)
                 if received > cap:
-                    raise self._too_large()
+                    raise _too_large(cap)
                 clock.observe(data)
                 accumulator.feed_bytes(data)
                 holding = held() if held else received
@@ -730,7 +730,7 @@ class ChatClient:
                             getattr(accumulator, "generation_id", None),
                             getattr(accumulator, "provider", None),
                         )
-                        raise self._too_long(size, None, folded_answer(accumulator), named)
+                        raise _too_long(size, answer_cap, None, folded_answer(accumulator), named)
                     check_from = text + max((answer_cap - size) // 4, ANSWER_CHECK_STEP)
                 if accumulator.done:
                     break
@@ -740,43 +740,6 @@ class ChatClient:
                 if await self.memory.wait_to_read(reading):
                     clock.restart()  # a pause for memory is not the server's silence
             return accumulator.finish()
-
-    def _too_large(self) -> ApiError:
-        return ApiError(
-            "response_too_large",
-            f"the response passed {self._max_response_bytes:,} bytes and was dropped; pass a "
-            "larger --max-response-bytes if answers this long are expected",
-        )
-
-    def _too_long(
-        self,
-        size: int,
-        usage: dict | None,
-        answer: bytes,
-        named: tuple[str | None, str | None],
-        whole: bool = False,
-    ) -> ApiError:
-        """An answer whose text passed ``--max-answer-bytes``: refused, and billed (a whole body
-        on its usage; a stream cut at the cap on its bytes), so kept apart, never lost."""
-        usage = usage or {}
-        cost = usage.get("cost")
-        what = "an answer" if whole else "a streamed answer, no longer read,"
-        message = (
-            f"{what} held {size:,} bytes of text, more than --max-answer-bytes "
-            f"{self._max_answer_bytes:,}; a --max-tokens bounds the answers, or a larger "
-            "--max-answer-bytes takes them"
-        )
-        billed = Billed(
-            usage.get("prompt_tokens"),
-            usage.get("completion_tokens"),
-            size,
-            float(cost) if isinstance(cost, (int, float)) else 0.0,
-            message,
-            orjson.dumps(usage).decode() if usage else "",
-            answer,
-            *named,
-        )
-        return ApiError(ANSWER_TOO_LONG, message, billed=billed)
 
     async def _probe(self, endpoint: Endpoint) -> bool:
         """Whether an ejected endpoint answers at all: any reply below 500 to ``GET /models``
@@ -960,3 +923,42 @@ def _redirect_error(response: aiohttp.ClientResponse) -> ApiError:
         fatal=True,
         status=response.status,
     )
+
+
+def _too_large(cap: int) -> ApiError:
+    return ApiError(
+        "response_too_large",
+        f"the response passed {cap:,} bytes and was dropped; pass a "
+        "larger --max-response-bytes if answers this long are expected",
+    )
+
+
+def _too_long(
+    size: int,
+    cap: int,
+    usage: dict | None,
+    answer: bytes,
+    named: tuple[str | None, str | None],
+    whole: bool = False,
+) -> ApiError:
+    """An answer whose text passed ``--max-answer-bytes`` (``cap``): refused, and billed (a whole
+    body on its usage; a stream cut at the cap on its bytes), so kept apart, never lost."""
+    usage = usage or {}
+    cost = usage.get("cost")
+    what = "an answer" if whole else "a streamed answer, no longer read,"
+    message = (
+        f"{what} held {size:,} bytes of text, more than --max-answer-bytes "
+        f"{cap:,}; a --max-tokens bounds the answers, or a larger "
+        "--max-answer-bytes takes them"
+    )
+    billed = Billed(
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+        size,
+        float(cost) if isinstance(cost, (int, float)) else 0.0,
+        message,
+        orjson.dumps(usage).decode() if usage else "",
+        answer,
+        *named,
+    )
+    return ApiError(ANSWER_TOO_LONG, message, billed=billed)
