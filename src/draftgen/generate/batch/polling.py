@@ -12,7 +12,7 @@ import time
 from draftgen.generate.batch import steps
 from draftgen.generate.batch.dialects import BatchApiError
 from draftgen.generate.batch.ingest import ingest
-from draftgen.generate.batch.state import BatchRunState
+from draftgen.generate.batch.state import BatchPart, BatchRunState
 from draftgen.generate.batch.submit import reconcile
 from draftgen.reconstruct.text import COMPLETE_FINISH_REASONS
 from draftgen.records import Completion
@@ -23,7 +23,7 @@ _log = logging.getLogger("draftgen.batch")
 LOOKUPS_AT_ONCE = 8
 
 
-class BatchPoller:
+class BatchPoller(BatchPart):
     """Polls a batch run's live batches over its shared state and stores what they return;
     ``began`` (epoch seconds) tells a cancel made during this run from an earlier one."""
 
@@ -35,20 +35,7 @@ class BatchPoller:
         simulated: bool,
         began: float,
     ) -> None:
-        self.options = state.options
-        self.dialect = state.dialect
-        self.target = state.target
-        self.ledger = state.ledger
-        self.writer = state.writer
-        self.stored = state.stored
-        self.progress = state.progress
-        self.display = state.display
-        self.stop = state.stop
-        self.tries = state.tries
-        self.given_up = state.given_up
-        self.poll = state.poll
-        self.sleep = state.sleep
-        self.request_stop = state.request_stop
+        super().__init__(state)
         self.poll_max = poll_max  # seconds between polls at most, after backoff
         self.grace = grace
         self.simulated = simulated

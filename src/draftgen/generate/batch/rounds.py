@@ -15,7 +15,7 @@ import orjson
 from draftgen.generate.batch.dialects import CreateRefused
 from draftgen.generate.batch.errors import BatchRunError
 from draftgen.generate.batch.money import BatchBudget, BatchPrices, find_batch_prices, row_worst
-from draftgen.generate.batch.state import BatchRunState
+from draftgen.generate.batch.state import BatchPart, BatchRunState
 from draftgen.generate.batch.submit import submit
 from draftgen.generate.contract import GenerationContext
 from draftgen.inputs.plan import TurnPlan, build_messages
@@ -27,7 +27,7 @@ from draftgen.tokens.rendering import ChatRenderer, request_variables
 _log = logging.getLogger("draftgen.batch")
 
 
-class RoundSender:
+class RoundSender(BatchPart):
     """Sends a batch run's rounds (``submit_round``) over its shared state, with the batch prices
     found once (``find_prices``) and, under ``--max-cost``, the budget they are counted in."""
 
@@ -40,19 +40,7 @@ class RoundSender:
         api_key: str | None,
         size: int,
     ) -> None:
-        self.options = state.options
-        self.dialect = state.dialect
-        self.target = state.target
-        self.ledger = state.ledger
-        self.writer = state.writer
-        self.stored = state.stored
-        self.progress = state.progress
-        self.display = state.display
-        self.stop = state.stop
-        self.tries = state.tries
-        self.given_up = state.given_up
-        self.poll = state.poll
-        self.sleep = state.sleep
+        super().__init__(state)
         self.store = store
         self.url = url
         self.api_key = api_key

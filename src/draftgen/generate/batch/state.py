@@ -45,3 +45,24 @@ class BatchRunState:
         """Wait ``seconds``, or less if the run stops meanwhile."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+
+class BatchPart:
+    """A part of a batch run (``rounds.RoundSender``, ``polling.BatchPoller``): the run's shared
+    state under the names the parts use, each the one value ``BatchRunState`` holds."""
+
+    def __init__(self, state: BatchRunState) -> None:
+        self.options = state.options
+        self.dialect = state.dialect
+        self.target = state.target
+        self.ledger = state.ledger
+        self.writer = state.writer
+        self.stored = state.stored
+        self.progress = state.progress
+        self.display = state.display
+        self.stop = state.stop
+        self.tries = state.tries
+        self.given_up = state.given_up
+        self.poll = state.poll
+        self.sleep = state.sleep
+        self.request_stop = state.request_stop
