@@ -15,8 +15,9 @@ from draftgen.store.database import Store
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "prompts.jsonl"
 
 
-def test_the_progress_round_is_the_last_round_the_report_draws(tmp_path):
-    options = RunOptions(
+def _batch_options(tmp_path) -> RunOptions:
+    """The examples as a batch run on the simulator, ten rows a batch."""
+    return RunOptions(
         inputs=[str(EXAMPLES)],
         model="moonshotai/kimi-k2.5",
         tokenizer=TOKENIZER,
@@ -25,6 +26,10 @@ def test_the_progress_round_is_the_last_round_the_report_draws(tmp_path):
         batch=True,
         batch_size=10,
     )
+
+
+def test_the_progress_round_is_the_last_round_the_report_draws(tmp_path):
+    options = _batch_options(tmp_path)
     summary = Run(options).execute()
     assert isinstance(summary.progress, BatchProgress)
     with Store(tmp_path / "run", create=False) as store:
@@ -47,15 +52,7 @@ def test_the_round_shown_as_a_batch_is_sent_is_that_batchs_round(tmp_path, monke
         refresh(self)
 
     monkeypatch.setattr(BatchDisplay, "refresh", watched)
-    options = RunOptions(
-        inputs=[str(EXAMPLES)],
-        model="moonshotai/kimi-k2.5",
-        tokenizer=TOKENIZER,
-        out=tmp_path / "run",
-        simulate=True,
-        batch=True,
-        batch_size=10,
-    )
+    options = _batch_options(tmp_path)
     Run(options).execute()
     with Store(tmp_path / "run", create=False) as store:
         drawn = [batch["round"] for batch in batch_rounds(store.db, 0.0)]
